@@ -1,0 +1,145 @@
+"""The worker's HTTP application: ``POST /openrtb2/bid`` and the notice endpoints.
+
+Theory of operation for a bid request: the deadline is fixed at receipt
+(``received + deadline_ms``, tightened to ``tmax - network allowance`` once the
+request says its tmax), and everything after receipt, body read included, runs
+inside one ``asyncio.timeout_at(deadline)``, so any awaited call is cancelled
+at the deadline. Pure stages can't be interrupted, so the deadline is checked
+once more before a bid goes out. Whatever goes wrong, the answer is a 204 with a
+typed reason: a remote fault (bad body) is ``invalid``, lateness is
+``deadline``, and our own bug is logged loudly and answered ``internal_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from bidder import metrics
+from bidder.body import read_body
+from bidder.campaign_book import CampaignBook
+from bidder.clock import Clock
+from bidder.nobid import NoBid
+from bidder.notices import NoticeError, parse_notice
+from bidder.openrtb import InvalidRequest, parse_bid_request
+from bidder.pipeline import Context, Stage, run_stages
+from bidder.response import build_response
+from bidder.settings import Settings
+
+log = logging.getLogger(__name__)
+
+BID_PATH = "/openrtb2/bid"
+
+
+@dataclass
+class BidderState:
+    settings: Settings
+    book: CampaignBook
+    stages: Sequence[Stage]
+    clock: Clock
+
+
+def _nobid_headers(reason: NoBid) -> CIMultiDictProxy[str]:
+    headers = CIMultiDict({"X-Nbr-Reason": reason.value})
+    if reason.nbr is not None:
+        headers["X-Nbr"] = str(reason.nbr)
+    return CIMultiDictProxy(headers)
+
+
+_NOBID_HEADERS = {reason: _nobid_headers(reason) for reason in NoBid}
+_BID_HEADERS = CIMultiDictProxy(
+    CIMultiDict({"Content-Type": "application/json", "X-Openrtb-Version": "2.6"})
+)
+
+
+class BidHandler:
+    def __init__(self, state: BidderState):
+        self._state = state
+        self._settings = state.settings
+        self._budget_s = state.settings.deadline_ms / 1000
+        self._allowance_s = state.settings.network_allowance_ms / 1000
+
+    async def handle(self, request: web.Request) -> web.Response:
+        clock = self._state.clock
+        received = clock.monotonic()
+        metrics.REQUESTS.inc()
+        outcome = await self._decide_in_time(request, received)
+        metrics.LATENCY.observe(clock.monotonic() - received)
+        if isinstance(outcome, NoBid):
+            metrics.NOBID_BY_REASON[outcome].inc()
+            return web.Response(status=204, headers=_NOBID_HEADERS[outcome])
+        metrics.BIDS.inc()
+        return web.Response(body=outcome, headers=_BID_HEADERS)
+
+    async def _decide_in_time(self, request: web.Request, received: float) -> bytes | NoBid:
+        try:
+            async with asyncio.timeout_at(self._deadline(received, None)) as cutoff:
+                return await self._decide(request, received, cutoff)
+        except TimeoutError:
+            return NoBid.DEADLINE
+        except Exception:
+            metrics.INTERNAL_ERRORS.inc()
+            log.exception("bug on the bid path; answered 204 internal_error")
+            return NoBid.INTERNAL_ERROR
+
+    async def _decide(
+        self, request: web.Request, received: float, cutoff: asyncio.Timeout
+    ) -> bytes | NoBid:
+        try:
+            body = await read_body(request, self._settings.max_body_bytes)
+            bid_request = parse_bid_request(body)
+        except InvalidRequest:
+            return NoBid.INVALID
+        deadline = self._deadline(received, bid_request.tmax_ms)
+        if deadline <= self._state.clock.monotonic():
+            return NoBid.DEADLINE
+        cutoff.reschedule(deadline)
+        ctx = Context(request=bid_request, ssp=request.headers.get("X-Ssp", ""), received=received)
+        reason = await run_stages(self._state.stages, ctx, deadline)
+        if reason is not None:
+            return reason
+        body = build_response(ctx, self._settings.seat, self._settings.notice_base_url)
+        # Pure stages can't be cancelled, so lateness is checked once more here.
+        if self._state.clock.monotonic() > deadline:
+            return NoBid.DEADLINE
+        return body
+
+    def _deadline(self, received: float, tmax_ms: int | None) -> float:
+        deadline = received + self._budget_s
+        if tmax_ms is not None:
+            deadline = min(deadline, received + tmax_ms / 1000 - self._allowance_s)
+        return deadline
+
+
+class NoticeHandler:
+    """Win and billing notices; a bad notice is a 400 with the reason, never a 5xx."""
+
+    def __init__(self, state: BidderState, kind: str):
+        self._state = state
+        self._kind = kind
+
+    async def handle(self, request: web.Request) -> web.Response:
+        try:
+            notice = parse_notice(request.query)
+        except NoticeError as exc:
+            metrics.NOTICES.labels(self._kind, "rejected").inc()
+            return web.Response(status=400, text=str(exc))
+        metrics.NOTICES.labels(self._kind, "accepted").inc()
+        creative = self._state.book.index.creative(notice.campaign_id, notice.creative_id)
+        if self._kind == "win" and creative is not None and creative.serve == "nurl":
+            return web.Response(text=creative.markup, content_type="text/html")
+        return web.Response(status=204)
+
+
+def build_app(state: BidderState) -> web.Application:
+    # The body cap is enforced by read_body so an oversized body is a 204, not a 413.
+    app = web.Application(client_max_size=state.settings.max_body_bytes + 1)
+    app.router.add_post(BID_PATH, BidHandler(state).handle)
+    app.router.add_get("/notice/win", NoticeHandler(state, "win").handle)
+    app.router.add_get("/notice/bill", NoticeHandler(state, "bill").handle)
+    return app

@@ -1,0 +1,50 @@
+"""boto3 clients for the bidder's AWS endpoint (moto on loopback, or real AWS).
+
+Every client fails fast: short connect/read timeouts and one retry, so an outage turns
+into an error within seconds instead of a hung reconciler or loader. A loopback
+endpoint gets explicit dummy credentials, so a developer's real AWS credentials are
+never sent to (or needed by) the local moto server; any other endpoint uses the normal
+boto3 credential chain.
+
+boto3 clients are thread-safe but costly to build (~tens of ms): build one per use site,
+once, and keep it. Calls block, so never make them on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+import boto3
+from botocore.client import BaseClient
+from botocore.config import Config
+
+DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+
+_CONFIG = Config(
+    connect_timeout=2,
+    read_timeout=5,
+    # "standard" counts the first call: two attempts in all.
+    retries={"max_attempts": 2, "mode": "standard"},
+)
+
+
+def is_loopback(endpoint: str) -> bool:
+    host = urlsplit(endpoint).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def aws_client(service: str, endpoint: str, region: str = "us-east-1") -> BaseClient:
+    """A fail-fast boto3 client for ``service`` (e.g. "dynamodb") at ``endpoint``."""
+    credentials = DUMMY_CREDENTIALS if is_loopback(endpoint) else {}
+    # A session of its own: boto3's shared default session is not thread-safe to build on.
+    session = boto3.session.Session(region_name=region)
+    client: BaseClient = session.client(
+        service, endpoint_url=endpoint, config=_CONFIG, **credentials
+    )
+    return client

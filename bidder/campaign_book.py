@@ -1,0 +1,53 @@
+"""The worker's in-memory campaigns, refreshed from the store in the background.
+
+The bid path only reads ``book.index``, an immutable ``CampaignIndex`` swapped
+whole on refresh, so a request never sees half an update. The store is read
+with boto3 in a worker thread (boto3 never runs on the event loop). A failed
+refresh keeps the last good index; an unchanged store skips the rebuild.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+
+import orjson
+
+from bidder import metrics
+from bidder.campaign_store import CampaignTable
+from bidder.campaigns import campaigns_from_docs
+from bidder.eligibility import CampaignIndex
+
+log = logging.getLogger(__name__)
+
+
+class CampaignBook:
+    def __init__(self, table: CampaignTable):
+        self._table = table
+        self._digest = ""
+        self.index = CampaignIndex([])
+
+    async def refresh(self) -> bool:
+        """Reload from the store; True when the index changed. Raises on store errors."""
+        docs = await asyncio.to_thread(self._table.scan_docs)
+        digest = hashlib.sha256(orjson.dumps(docs, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        if digest == self._digest:
+            return False
+        campaigns = campaigns_from_docs(docs)
+        self.index = CampaignIndex(campaigns)
+        self._digest = digest
+        metrics.CAMPAIGNS_ACTIVE.set(sum(1 for c in campaigns if c.status == "active"))
+        return True
+
+    async def keep_fresh(self, interval_s: float) -> None:
+        """Refresh forever; errors are counted and logged, the last good index stays."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                changed = await self.refresh()
+            except Exception as exc:  # any store or data fault: keep serving the last good set
+                metrics.CAMPAIGN_REFRESHES.labels("error").inc()
+                log.warning("campaign refresh failed, keeping the last good set: %s", exc)
+                continue
+            metrics.CAMPAIGN_REFRESHES.labels("changed" if changed else "unchanged").inc()

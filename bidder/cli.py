@@ -1,0 +1,266 @@
+"""``bidsim``: the command line.
+
+Every subcommand turns bad input into one line naming the problem and exit
+status 2; an unexpected failure prints a short message and leaves the
+traceback in a log file, never on the user's terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import orjson
+import uvloop
+
+from bidder.campaign_store import StoreError
+from bidder.campaigns import CampaignError, load_campaign_file
+from bidder.replay.generator import generate
+from bidder.replay.replayer import ReplayOptions, replay
+from bidder.replay.report import ReplayResult, render_table, to_json
+from bidder.replay.stream import StreamFormatError, StreamRecord, read_stream
+from bidder.server import load_campaigns, running_bidder
+from bidder.settings import Settings, SettingsError
+from bidder.stack import LocalStack, StackError, free_port
+from bidder.workers import WorkerPoolError
+
+log = logging.getLogger("bidsim")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CAMPAIGNS = REPO_ROOT / "fixtures" / "openrtb" / "campaigns.json"
+SAMPLE_STREAM = REPO_ROOT / "fixtures" / "openrtb" / "sample-stream.jsonl.gz"
+
+# Errors that are the user's input or environment, reported in one line.
+_USER_ERRORS = (
+    CampaignError,
+    SettingsError,
+    StackError,
+    StoreError,
+    StreamFormatError,
+    WorkerPoolError,
+    ValueError,
+    OSError,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    args = _parser().parse_args(argv)
+    command: Callable[[argparse.Namespace], int] = args.command
+    try:
+        return command(args)
+    except KeyboardInterrupt:
+        print("bidsim: interrupted", file=sys.stderr)
+        return 130
+    except _USER_ERRORS as exc:
+        print(f"bidsim: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        return _report_bug(exc)
+
+
+def _report_bug(exc: Exception) -> int:
+    with tempfile.NamedTemporaryFile("w", prefix="bidsim-crash-", suffix=".log", delete=False) as f:
+        traceback.print_exception(exc, file=f)
+    print(f"bidsim: internal error: {exc!r} (traceback in {f.name})", file=sys.stderr)
+    return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bidsim", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+    _serve_parser(
+        sub.add_parser("serve", help="run the bidder (embedded Valkey + moto by default)")
+    )
+    _replay_parser(sub.add_parser("replay", help="replay a bidstream open-loop and report"))
+    _gen_parser(sub.add_parser("gen", help="generate a realistic bidstream"))
+    _campaigns_parser(sub.add_parser("campaigns", help="check or load a campaign file"))
+    stack = sub.add_parser("stack", help="run embedded Valkey + moto until Ctrl-C")
+    stack.set_defaults(command=_cmd_stack)
+    return parser
+
+
+def _add_stack_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--valkey", metavar="URL", help="use this Valkey instead of starting one")
+    p.add_argument("--aws-endpoint", metavar="URL", help="use this AWS endpoint instead of moto")
+
+
+def _add_bidder_options(p: argparse.ArgumentParser) -> None:
+    _add_stack_options(p)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--workers", type=int, default=1, help="worker processes (SO_REUSEPORT)")
+    p.add_argument("--deadline-ms", type=float, default=8.0, help="hard internal deadline")
+    p.add_argument("--network-allowance-ms", type=float, default=20.0)
+    p.add_argument("--max-body-bytes", type=int, default=256 * 1024)
+    p.add_argument("--campaigns", type=Path, default=DEFAULT_CAMPAIGNS, metavar="FILE")
+    p.add_argument("--campaign-refresh-s", type=float, default=30.0)
+    p.add_argument("--bid-on-test", action="store_true", help="bid on test=1 requests")
+
+
+def _settings(args: argparse.Namespace, port: int, admin_port: int) -> Settings:
+    return Settings(
+        host=args.host,
+        port=port,
+        admin_port=admin_port,
+        workers=args.workers,
+        deadline_ms=args.deadline_ms,
+        network_allowance_ms=args.network_allowance_ms,
+        max_body_bytes=args.max_body_bytes,
+        campaigns_path=args.campaigns,
+        campaign_refresh_s=args.campaign_refresh_s,
+        valkey_url=args.valkey,
+        aws_endpoint=args.aws_endpoint,
+        bid_on_test=args.bid_on_test,
+    ).validate()
+
+
+# --- serve -----------------------------------------------------------------------------
+
+
+def _serve_parser(p: argparse.ArgumentParser) -> None:
+    _add_bidder_options(p)
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--admin-port", type=int, default=8081)
+    p.set_defaults(command=_cmd_serve)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    settings = _settings(args, args.port, args.admin_port)
+    with LocalStack(valkey_url=settings.valkey_url, aws_endpoint=settings.aws_endpoint) as stack:
+        settings = settings.replace(valkey_url=stack.valkey_url, aws_endpoint=stack.aws_endpoint)
+        return uvloop.run(_serve_until_stopped(settings))
+
+
+async def _serve_until_stopped(settings: Settings) -> int:
+    async with running_bidder(settings) as bidder:
+        print(f"bidsim: bidding at {bidder.bid_url}/openrtb2/bid", file=sys.stderr)
+        print(f"bidsim: admin at {bidder.admin_url}/metrics and /healthz", file=sys.stderr)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        while not stop.is_set():
+            if bidder.pool.alive() < settings.workers:
+                log.error("a worker process died; shutting down")
+                return 1
+            await asyncio.wait([asyncio.ensure_future(stop.wait())], timeout=1.0)
+    return 0
+
+
+# --- replay ----------------------------------------------------------------------------
+
+
+def _replay_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("stream", type=Path, help="bidstream file (.jsonl or .jsonl.gz)")
+    p.add_argument("--target", metavar="URL", help="bidder URL; default: start the full bidder")
+    pace = p.add_mutually_exclusive_group()
+    pace.add_argument("--speed", type=float, default=1.0, help="time scale of the recorded sends")
+    pace.add_argument("--rate", type=float, help="constant request rate instead (req/s)")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("--warmup", type=float, default=0.0, metavar="S", help="exclude the first S s")
+    p.add_argument("--timeout-ms", type=float, default=100.0, help="client timeout (tmax)")
+    p.add_argument("--json", type=Path, metavar="OUT", help="also write the report as JSON")
+    p.add_argument("--no-progress", action="store_true")
+    _add_bidder_options(p)
+    p.set_defaults(command=_cmd_replay)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    options = ReplayOptions(
+        speed=args.speed,
+        rate=args.rate,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        timeout_ms=args.timeout_ms,
+        deadline_ms=args.deadline_ms,
+    )
+    records = list(read_stream(args.stream))
+    if args.target:
+        result = uvloop.run(replay(records, args.target, options, not args.no_progress))
+    else:
+        result = _replay_embedded(args, records, options)
+    _print_report(result, args.json)
+    return 0
+
+
+def _replay_embedded(
+    args: argparse.Namespace, records: list[StreamRecord], options: ReplayOptions
+) -> ReplayResult:
+    settings = _settings(args, free_port(), free_port())
+    with LocalStack(valkey_url=settings.valkey_url, aws_endpoint=settings.aws_endpoint) as stack:
+        settings = settings.replace(valkey_url=stack.valkey_url, aws_endpoint=stack.aws_endpoint)
+
+        async def run() -> ReplayResult:
+            async with running_bidder(settings) as bidder:
+                target = f"{bidder.bid_url}/openrtb2/bid"
+                return await replay(records, target, options, not args.no_progress)
+
+        return uvloop.run(run())
+
+
+def _print_report(result: ReplayResult, json_out: Path | None) -> None:
+    print(render_table(result))
+    if json_out is not None:
+        json_out.write_bytes(orjson.dumps(to_json(result), option=orjson.OPT_INDENT_2))
+        print(f"report written to {json_out}")
+
+
+# --- gen, campaigns, stack -------------------------------------------------------------
+
+
+def _gen_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, required=True, help="output file (.jsonl or .jsonl.gz)")
+    p.add_argument("--requests", type=int, required=True)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--rate", type=float, default=400.0, help="mean send rate (req/s)")
+    p.set_defaults(command=_cmd_gen)
+
+
+def _cmd_gen(args: argparse.Namespace) -> int:
+    if args.requests <= 0 or args.rate <= 0:
+        raise ValueError("--requests and --rate must be positive")
+    summary = generate(args.out, requests=args.requests, seed=args.seed, mean_rate=args.rate)
+    print(summary)
+    return 0
+
+
+def _campaigns_parser(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(required=True, metavar="ACTION")
+    check = sub.add_parser("check", help="validate a campaign file")
+    check.add_argument("file", type=Path)
+    check.set_defaults(command=_cmd_campaigns_check)
+    load = sub.add_parser("load", help="validate and load a campaign file into DynamoDB")
+    load.add_argument("file", type=Path)
+    load.add_argument("--aws-endpoint", metavar="URL", required=True)
+    load.set_defaults(command=_cmd_campaigns_load)
+
+
+def _cmd_campaigns_check(args: argparse.Namespace) -> int:
+    campaigns = load_campaign_file(args.file)
+    print(f"{args.file}: {len(campaigns)} campaigns, all valid")
+    return 0
+
+
+def _cmd_campaigns_load(args: argparse.Namespace) -> int:
+    settings = Settings(aws_endpoint=args.aws_endpoint).validate()
+    count = load_campaigns(args.file, settings)
+    print(f"loaded {count} campaigns into {settings.campaigns_table} at {args.aws_endpoint}")
+    return 0
+
+
+def _cmd_stack(args: argparse.Namespace) -> int:
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    with LocalStack() as stack:
+        print(f"valkey: {stack.valkey_url}\naws:    {stack.aws_endpoint}\nCtrl-C stops both.")
+        signal.sigwait(stop_signals)
+    return 0

@@ -1,0 +1,395 @@
+"""OpenRTB 2.5 / 2.6 BidRequest: shape check and one normalized, typed view.
+
+Stage 1 of the hot path. The parser reads only the fields bidsim decides on,
+checks their types strictly (a wrong type is an ``invalid`` no-bid, never a
+crash later in the pipeline), and ignores everything else, because real
+exchanges send plenty of extensions and legacy fields.
+
+2.5 carried several objects under ``ext`` that 2.6 promoted (schain, gdpr,
+consent, us_privacy, eids); both places are read and the 2.6 one wins, so the
+rest of the bidder sees one shape. Money is kept in integer micros of the
+stated currency: ``bidfloor`` 0.03 becomes ``bidfloor_micros`` 30_000.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+Size = tuple[int, int]
+
+
+class InvalidRequest(ValueError):
+    """The body is not a usable OpenRTB BidRequest; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Banner:
+    sizes: tuple[Size, ...]
+    """w/h first (when given), then format[] entries; may be empty for interstitials."""
+    size_range: tuple[int, int, int, int] | None
+    """(wmin, wmax, hmin, hmax) when the banner gives a flexible size instead."""
+    battr: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Video:
+    mimes: frozenset[str]
+    minduration: int | None
+    maxduration: int | None
+    w: int | None
+    h: int | None
+    battr: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Native:
+    battr: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Audio:
+    mimes: frozenset[str]
+    battr: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Imp:
+    id: str
+    banner: Banner | None
+    video: Video | None
+    native: Native | None
+    audio: Audio | None
+    bidfloor_micros: int
+    bidfloorcur: str
+    instl: bool
+    private_auction: bool
+    deal_ids: tuple[str, ...]
+    tagid: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class BidRequest:
+    id: str
+    imps: tuple[Imp, ...]
+    at: int
+    """Auction type: 1 first price, 2 second price (the default)."""
+    tmax_ms: int | None
+    cur: tuple[str, ...]
+    """Allowed bid currencies; empty means the exchange's default (USD)."""
+    test: bool
+    channel: str
+    """'site', 'app', 'dooh' or 'none'."""
+    domain: str | None
+    """site.domain (or the page's host), lower case."""
+    bundle: str | None
+    publisher_id: str | None
+    country: str | None
+    """ISO-3166-1 alpha-3, upper case, from device.geo then user.geo."""
+    devicetype: int | None
+    ip: str | None
+    ua: str | None
+    ifa: str | None
+    user_id: str | None
+    buyeruid: str | None
+    eids: tuple[dict[str, Any], ...]
+    bcat: frozenset[str]
+    badv: frozenset[str]
+    bapp: frozenset[str]
+    gdpr: bool | None
+    consent: str | None
+    coppa: bool
+    us_privacy: str | None
+    gpp: str | None
+    schain: dict[str, Any] | None
+
+
+MAX_IMPS = 32
+
+
+def parse_bid_request(body: bytes) -> BidRequest:
+    """Decode and shape-check a request body; raises InvalidRequest."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise InvalidRequest("body is not JSON") from None
+    if not isinstance(doc, dict):
+        raise InvalidRequest("body is not a JSON object")
+    return _request(doc)
+
+
+def _request(doc: dict[str, Any]) -> BidRequest:
+    req_id = _req_str(doc, "id", "request")
+    imps = _imps(doc.get("imp"))
+    site, app, dooh = _obj(doc, "site"), _obj(doc, "app"), _obj(doc, "dooh")
+    if site is not None and app is not None:
+        raise InvalidRequest("request has both site and app")
+    device, user = _obj(doc, "device") or {}, _obj(doc, "user") or {}
+    regs, source = _obj(doc, "regs") or {}, _obj(doc, "source") or {}
+    regs_ext, user_ext = _obj(regs, "ext") or {}, _obj(user, "ext") or {}
+    tmax = _int(doc, "tmax")
+    if tmax is not None and tmax <= 0:
+        raise InvalidRequest("tmax must be positive")
+    at = _int(doc, "at")
+    gdpr_26 = regs.get("gdpr")
+    return BidRequest(
+        id=req_id,
+        imps=imps,
+        at=2 if at is None else at,
+        tmax_ms=tmax,
+        cur=tuple(_str_list(doc, "cur")),
+        test=_flag(doc, "test"),
+        channel="site"
+        if site is not None
+        else "app"
+        if app is not None
+        else "dooh"
+        if dooh is not None
+        else "none",
+        domain=_domain(site),
+        bundle=_lower(_str(app, "bundle")) if app is not None else None,
+        publisher_id=_publisher_id(site if site is not None else app),
+        country=_country(device, user),
+        devicetype=_int(device, "devicetype"),
+        ip=_str(device, "ip") or _str(device, "ipv6"),
+        ua=_str(device, "ua"),
+        ifa=_str(device, "ifa") or None,
+        user_id=_str(user, "id") or None,
+        buyeruid=_str(user, "buyeruid") or None,
+        eids=tuple(_obj_list(user, "eids") or _obj_list(user_ext, "eids")),
+        bcat=frozenset(_str_list(doc, "bcat")),
+        badv=frozenset(d.lower() for d in _str_list(doc, "badv")),
+        bapp=frozenset(_str_list(doc, "bapp")),
+        gdpr=_gdpr(gdpr_26 if gdpr_26 is not None else regs_ext.get("gdpr")),
+        consent=_str(user, "consent") or _str(user_ext, "consent"),
+        coppa=_flag(regs, "coppa"),
+        us_privacy=_str(regs, "us_privacy") or _str(regs_ext, "us_privacy"),
+        gpp=_str(regs, "gpp") or _str(regs_ext, "gpp"),
+        schain=_obj(source, "schain") or _obj(_obj(source, "ext") or {}, "schain"),
+    )
+
+
+def _imps(value: Any) -> tuple[Imp, ...]:
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("imp must be a non-empty array")
+    if len(value) > MAX_IMPS:
+        raise InvalidRequest(f"more than {MAX_IMPS} imps")
+    imps = tuple(_imp(item, n) for n, item in enumerate(value))
+    if len({imp.id for imp in imps}) != len(imps):
+        raise InvalidRequest("imp ids are not unique")
+    return imps
+
+
+def _imp(doc: Any, n: int) -> Imp:
+    if not isinstance(doc, dict):
+        raise InvalidRequest(f"imp[{n}] is not an object")
+    where = f"imp[{n}]"
+    instl = _flag(doc, "instl")
+    banner, video = _obj(doc, "banner"), _obj(doc, "video")
+    native, audio = _obj(doc, "native"), _obj(doc, "audio")
+    if banner is None and video is None and native is None and audio is None:
+        raise InvalidRequest(f"{where} has no banner, video, native or audio")
+    parsed_banner = _banner(banner, instl) if banner is not None else None
+    if (
+        parsed_banner is None
+        and banner is not None
+        and video is None
+        and native is None
+        and audio is None
+    ):
+        raise InvalidRequest(f"{where}.banner has no size")
+    floor = _num(doc, "bidfloor") or 0.0
+    if floor < 0:
+        raise InvalidRequest(f"{where}.bidfloor is negative")
+    pmp = _obj(doc, "pmp") or {}
+    return Imp(
+        id=_req_str(doc, "id", where),
+        banner=parsed_banner,
+        video=_video(video) if video is not None else None,
+        native=_native(native, where) if native is not None else None,
+        audio=Audio(frozenset(_str_list(audio, "mimes")), _battr(audio))
+        if audio is not None
+        else None,
+        bidfloor_micros=round(floor * 1_000_000),
+        bidfloorcur=(_str(doc, "bidfloorcur") or "USD").upper(),
+        instl=instl,
+        private_auction=_flag(pmp, "private_auction"),
+        deal_ids=tuple(_req_str(d, "id", f"{where}.pmp.deals[]") for d in _obj_list(pmp, "deals")),
+        tagid=_str(doc, "tagid"),
+    )
+
+
+def _banner(doc: dict[str, Any], instl: bool) -> Banner | None:
+    """The banner, or None when it states no size and the imp is not an interstitial."""
+    sizes: list[Size] = []
+    w, h = _int(doc, "w"), _int(doc, "h")
+    if w and h:
+        sizes.append((w, h))
+    for fmt in _obj_list(doc, "format"):
+        fw, fh = _int(fmt, "w"), _int(fmt, "h")
+        if fw and fh and (fw, fh) not in sizes:
+            sizes.append((fw, fh))
+    if "format" in doc and not doc["format"]:
+        raise InvalidRequest("banner.format is empty")
+    size_range = _size_range(doc)
+    # An interstitial may leave the size to the device; any other banner must say.
+    if not sizes and size_range is None and not instl:
+        return None
+    return Banner(sizes=tuple(sizes), size_range=size_range, battr=_battr(doc))
+
+
+def _size_range(doc: dict[str, Any]) -> tuple[int, int, int, int] | None:
+    wmax, hmax = _int(doc, "wmax"), _int(doc, "hmax")
+    if not wmax or not hmax:
+        return None
+    return (_int(doc, "wmin") or 0, wmax, _int(doc, "hmin") or 0, hmax)
+
+
+def _video(doc: dict[str, Any]) -> Video:
+    return Video(
+        mimes=frozenset(_str_list(doc, "mimes")),
+        minduration=_int(doc, "minduration"),
+        maxduration=_int(doc, "maxduration"),
+        w=_int(doc, "w"),
+        h=_int(doc, "h"),
+        battr=_battr(doc),
+    )
+
+
+def _audio(doc: dict[str, Any]) -> Audio:
+    return Audio(mimes=frozenset(_str_list(doc, "mimes")), battr=_battr(doc))
+
+
+def _native(doc: dict[str, Any], where: str) -> Native:
+    # The spec says a string; several exchanges send the object itself. Both are
+    # accepted; the assets inside are not needed until native creatives are assembled.
+    if not isinstance(doc.get("request"), str | dict):
+        raise InvalidRequest(f"{where}.native.request must be a string")
+    return Native(battr=_battr(doc))
+
+
+def _channel(site: Any, app: Any, dooh: Any) -> str:
+    if site is not None:
+        return "site"
+    if app is not None:
+        return "app"
+    return "dooh" if dooh is not None else "none"
+
+
+def _domain(site: dict[str, Any] | None) -> str | None:
+    if site is None:
+        return None
+    domain = _str(site, "domain")
+    if not domain:
+        page = _str(site, "page") or ""
+        domain = page.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0] or None
+    return _lower(domain)
+
+
+def _publisher_id(parent: dict[str, Any] | None) -> str | None:
+    publisher = _obj(parent, "publisher") if parent is not None else None
+    return _str(publisher, "id") if publisher is not None else None
+
+
+def _country(device: dict[str, Any], user: dict[str, Any]) -> str | None:
+    for parent in (device, user):
+        geo = _obj(parent, "geo")
+        country = _str(geo, "country") if geo is not None else None
+        if country:
+            return country.upper()
+    return None
+
+
+def _gdpr(value: Any) -> bool | None:
+    if value is None:
+        return None
+    if value in (0, 1) and not isinstance(value, bool | float):
+        return value == 1
+    raise InvalidRequest("regs.gdpr must be 0 or 1")
+
+
+def _battr(doc: dict[str, Any]) -> frozenset[int]:
+    return frozenset(_int_list(doc, "battr"))
+
+
+def _lower(value: str | None) -> str | None:
+    return value.lower() if value else None
+
+
+# Typed field readers: absent (or JSON null) is None; a present value of the wrong type
+# is an InvalidRequest naming the field.
+
+
+def _obj(doc: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = doc.get(key)
+    if value is None or isinstance(value, dict):
+        return value
+    raise InvalidRequest(f"{key} must be an object")
+
+
+def _str(doc: dict[str, Any], key: str) -> str | None:
+    value = doc.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise InvalidRequest(f"{key} must be a string")
+
+
+def _req_str(doc: Any, key: str, where: str) -> str:
+    value = doc.get(key) if isinstance(doc, dict) else None
+    if isinstance(value, str) and value:
+        return value
+    raise InvalidRequest(f"{where}.{key} must be a non-empty string")
+
+
+def _int(doc: dict[str, Any], key: str) -> int | None:
+    value = doc.get(key)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise InvalidRequest(f"{key} must be an integer")
+
+
+def _num(doc: dict[str, Any], key: str) -> float | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
+        if abs(value) > 1e9:
+            raise InvalidRequest(f"{key} is out of range")
+        return float(value)
+    raise InvalidRequest(f"{key} must be a number")
+
+
+def _flag(doc: dict[str, Any], key: str) -> bool:
+    value = _int(doc, key)
+    return bool(value)
+
+
+def _str_list(doc: dict[str, Any], key: str) -> list[str]:
+    value = doc.get(key)
+    if value is None:
+        return []
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise InvalidRequest(f"{key} must be an array of strings")
+
+
+def _int_list(doc: dict[str, Any], key: str) -> list[int]:
+    value = doc.get(key)
+    if value is None:
+        return []
+    if isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        return value
+    raise InvalidRequest(f"{key} must be an array of integers")
+
+
+def _obj_list(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = doc.get(key)
+    if value is None:
+        return []
+    if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+        return value
+    raise InvalidRequest(f"{key} must be an array of objects")

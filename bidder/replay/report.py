@@ -1,0 +1,210 @@
+"""What a replay measured, and how it is shown: a text table and a stable JSON shape.
+
+Latencies live in two HdrHistograms (microseconds, 1 us .. 60 s, 3 significant
+digits): ``corrected`` from each request's *intended* send time (coordinated omission
+corrected: queueing in the client and a late scheduler count against the bidder's
+latency, as they would for an exchange), ``uncorrected`` from the actual send. Both
+hold answered requests and timeouts (a timeout is recorded at the moment it was
+abandoned: a lower bound); transport errors are counted, not timed. A p99.9 needs at
+least 100,000 samples to mean much (the benchmark protocol); it is always shown, with
+``p99_9_reliable`` false below that.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+LOWEST_US = 1
+HIGHEST_US = 60_000_000
+SIGNIFICANT_DIGITS = 3
+RELIABLE_P99_9_SAMPLES = 100_000
+PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99_9", 99.9))
+STATUS_CLASSES = ("200", "204", "5xx", "other")
+
+
+def new_latency_histogram() -> HdrHistogram:
+    return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+
+
+def record_latency(histogram: HdrHistogram, micros: int) -> None:
+    """Record, clamped to the histogram's range (out-of-range values would be dropped)."""
+    histogram.record_value(min(max(micros, LOWEST_US), HIGHEST_US))
+
+
+@dataclass(slots=True)
+class AuctionTotals:
+    bids: int = 0
+    wins: int = 0
+    spend_micros: int = 0
+    notices_sent: int = 0
+    notices_ok: int = 0
+    notices_failed: int = 0
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    """Totals of the measured part of a replay (warm-up requests are only counted)."""
+
+    deadline_ms: float
+    requests: int = 0
+    warmup_requests: int = 0
+    duration_s: float = 0.0
+    """From the first to the last measured send."""
+    elapsed_s: float = 0.0
+    """The whole replay, warm-up and drain included."""
+    status: collections.Counter[int] = field(default_factory=collections.Counter)
+    nbr_reasons: collections.Counter[str] = field(default_factory=collections.Counter)
+    corrected: HdrHistogram = field(default_factory=new_latency_histogram)
+    uncorrected: HdrHistogram = field(default_factory=new_latency_histogram)
+    within_deadline: int = 0
+    timeouts: int = 0
+    transport_errors: int = 0
+    late_sends: int = 0
+    max_send_lag_ms: float = 0.0
+    auction: AuctionTotals = field(default_factory=AuctionTotals)
+
+    @property
+    def rate_rps(self) -> float:
+        """Achieved send rate: gaps between measured sends over their span."""
+        return (
+            (self.requests - 1) / self.duration_s
+            if self.requests > 1 and self.duration_s > 0
+            else 0.0
+        )
+
+    @property
+    def samples(self) -> int:
+        return int(self.corrected.get_total_count())
+
+    @property
+    def within_deadline_share(self) -> float:
+        return self.within_deadline / self.requests if self.requests else 0.0
+
+
+def status_classes(status: collections.Counter[int]) -> dict[str, int]:
+    """{"200", "204", "5xx", "other"} counts; every key always present."""
+    classes = dict.fromkeys(STATUS_CLASSES, 0)
+    for code, count in status.items():
+        key = str(code) if code in (200, 204) else "5xx" if 500 <= code < 600 else "other"
+        classes[key] += count
+    return classes
+
+
+def latency_ms(histogram: HdrHistogram) -> dict[str, Any]:
+    """p50/p90/p99/p99_9/max in milliseconds (0.0 when empty)."""
+    empty = histogram.get_total_count() == 0
+    summary: dict[str, Any] = {
+        name: 0.0 if empty else histogram.get_value_at_percentile(pct) / 1000
+        for name, pct in PERCENTILES
+    }
+    summary["max"] = 0.0 if empty else histogram.get_max_value() / 1000
+    return summary
+
+
+def to_json(result: ReplayResult) -> dict[str, Any]:
+    """The machine-readable summary; keys are stable (scripts and docs read them)."""
+    auction = result.auction
+    return {
+        "requests": result.requests,
+        "warmup_requests": result.warmup_requests,
+        "duration_s": round(result.duration_s, 3),
+        "elapsed_s": round(result.elapsed_s, 3),
+        "rate_rps": round(result.rate_rps, 1),
+        "status": status_classes(result.status),
+        "status_codes": {str(code): n for code, n in sorted(result.status.items())},
+        "nbr_reasons": dict(result.nbr_reasons.most_common()),
+        "samples": result.samples,
+        "latency_ms": {
+            "corrected": latency_ms(result.corrected),
+            "uncorrected": latency_ms(result.uncorrected),
+        },
+        "p99_9_reliable": result.samples >= RELIABLE_P99_9_SAMPLES,
+        "within_deadline_share": round(result.within_deadline_share, 6),
+        "deadline_ms": result.deadline_ms,
+        "timeouts": result.timeouts,
+        "transport_errors": result.transport_errors,
+        "late_sends": result.late_sends,
+        "max_send_lag_ms": round(result.max_send_lag_ms, 3),
+        "auction": {
+            "bids": auction.bids,
+            "wins": auction.wins,
+            "spend_micros": auction.spend_micros,
+            "notices_sent": auction.notices_sent,
+            "notices_ok": auction.notices_ok,
+            "notices_failed": auction.notices_failed,
+        },
+    }
+
+
+def render_table(result: ReplayResult, top_reasons: int = 8) -> str:
+    """A readable report for a terminal."""
+    sections = [
+        _summary(result),
+        _statuses(result, top_reasons),
+        _latency(result),
+        _auction(result),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def _summary(result: ReplayResult) -> str:
+    return "\n".join(
+        [
+            f"requests        {result.requests:>10,}"
+            f"   (+{result.warmup_requests:,} warm-up, not measured)",
+            f"duration        {result.duration_s:>10.2f} s  (elapsed {result.elapsed_s:.2f} s)",
+            f"achieved rate   {result.rate_rps:>10,.1f} req/s",
+            f"late sends      {result.late_sends:>10,}"
+            f"   (> 1 ms behind schedule; max {result.max_send_lag_ms:.2f} ms)",
+        ]
+    )
+
+
+def _statuses(result: ReplayResult, top_reasons: int) -> str:
+    lines = ["status          count     share"]
+    for name, count in status_classes(result.status).items():
+        lines.append(f"  {name:<12}{count:>7,}  {_share(count, result.requests):>8}")
+    for name, count in (("timeout", result.timeouts), ("transport err", result.transport_errors)):
+        lines.append(f"  {name:<12}{count:>7,}  {_share(count, result.requests):>8}")
+    no_bids = sum(result.nbr_reasons.values())
+    lines.append("no-bid reason   count     share of 204s")
+    for reason, count in result.nbr_reasons.most_common(top_reasons):
+        lines.append(f"  {reason:<12}{count:>7,}  {_share(count, no_bids):>8}")
+    return "\n".join(lines)
+
+
+def _latency(result: ReplayResult) -> str:
+    corrected, uncorrected = latency_ms(result.corrected), latency_ms(result.uncorrected)
+    lines = [f"latency (ms)    corrected  uncorrected   ({result.samples:,} samples)"]
+    for name in (*(name for name, _ in PERCENTILES), "max"):
+        label = name.replace("_", ".")
+        if name == "p99_9" and result.samples < RELIABLE_P99_9_SAMPLES:
+            label += " (*)"
+        lines.append(f"  {label:<12}{corrected[name]:>10.3f}  {uncorrected[name]:>11.3f}")
+    if result.samples < RELIABLE_P99_9_SAMPLES:
+        lines.append(f"  (*) unreliable: fewer than {RELIABLE_P99_9_SAMPLES:,} samples")
+    lines.append(
+        f"within {result.deadline_ms:g} ms deadline: "
+        f"{_share(result.within_deadline, result.requests)} of requests (200/204, corrected)"
+    )
+    return "\n".join(lines)
+
+
+def _auction(result: ReplayResult) -> str:
+    a = result.auction
+    return "\n".join(
+        [
+            f"auction         bids {a.bids:,}  wins {a.wins:,} ({_share(a.wins, a.bids)} of bids)",
+            f"  spend         ${a.spend_micros / 1_000_000:,.6f}  ({a.spend_micros:,} micros)",
+            f"  notices       sent {a.notices_sent:,}"
+            f"  ok {a.notices_ok:,}  failed {a.notices_failed:,}",
+        ]
+    )
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.2f}%" if whole else "-"

@@ -1,0 +1,172 @@
+"""HTTP benchmark: the full bidder against a bare aiohttp + orjson + uvloop echo app.
+
+Both servers run as one worker process each, on the same machine as this client,
+driven by the same client (bidder.replay's lean HTTP/1.1 pool), in the same run:
+
+1. saturation: closed loop, ``--connections`` requests in flight, for ``--duration``
+   seconds; throughput = answers per second after a warm-up second;
+2. latency: open loop at half of the echo app's saturation rate, p99 corrected
+   for coordinated omission (from each request's intended send time).
+
+Each measurement is repeated ``--rounds`` times, alternating the two servers, and
+the medians are compared. Workloads: ``banner`` is the OpenRTB 2.6 spec's simple
+banner request (the bundled campaigns bid on it: the full path) and ``sample`` the
+bundled sample bidstream (mostly no-bids, like real traffic). The last line printed
+is one JSON object; ``throughput_ratio`` and ``p99_ratio`` are bidder / echo.
+
+    .venv/bin/python scripts/bench_http.py [--duration 5 --rounds 3 --workload banner]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import uvloop
+
+from bidder.replay.client import HttpPool
+from bidder.replay.replayer import ReplayOptions, replay
+from bidder.replay.report import latency_ms
+from bidder.replay.stream import StreamRecord, read_stream
+from bidder.server import running_bidder
+from bidder.settings import Settings
+from bidder.stack import LocalStack, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+BANNER = ROOT.parent / "shared/external/openrtb/requests/001_iab26_spec-6.2.1-simple-banner.json"
+SAMPLE = ROOT / "fixtures/openrtb/sample-stream.jsonl.gz"
+CAMPAIGNS = ROOT / "fixtures/openrtb/campaigns.json"
+BID_PATH = "/openrtb2/bid"
+HEADERS = {"Content-Type": "application/json", "X-Openrtb-Version": "2.6"}
+
+
+def workload(name: str) -> list[StreamRecord]:
+    if name == "banner":
+        return [StreamRecord(t_ms=0, ts=0, ssp="ssp-alpha", body=BANNER.read_bytes())]
+    return list(read_stream(SAMPLE))
+
+
+async def saturate(
+    port: int, bodies: Sequence[bytes], duration_s: float, connections: int
+) -> float:
+    """Closed-loop answers per second, the first second excluded."""
+    pool = HttpPool("127.0.0.1", port, max_connections=connections)
+    counted = 0
+    start = time.perf_counter()
+    warm_until, stop_at = start + 1.0, start + 1.0 + duration_s
+
+    async def loop(offset: int) -> None:
+        nonlocal counted
+        n = offset
+        while (now := time.perf_counter()) < stop_at:
+            await pool.request("POST", BID_PATH, bodies[n % len(bodies)], HEADERS, timeout_s=1.0)
+            n += connections
+            counted += now >= warm_until
+
+    await asyncio.gather(*(loop(i) for i in range(connections)))
+    await pool.close()
+    return counted / duration_s
+
+
+async def open_loop(
+    port: int, records: list[StreamRecord], rate: float, duration_s: float
+) -> dict[str, Any]:
+    options = ReplayOptions(rate=rate, duration_s=duration_s + 1.0, warmup_s=1.0, notices=False)
+    result = await replay(records, f"http://127.0.0.1:{port}{BID_PATH}", options)
+    figures = latency_ms(result.corrected)
+    return {"p99_ms": figures["p99"], "late_sends": result.late_sends, "answers": result.samples}
+
+
+@contextlib.asynccontextmanager
+async def echo_server() -> AsyncIterator[int]:
+    port = free_port()
+    script = str(ROOT / "scripts/echo_server.py")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, script, "--port", str(port), stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)  # type: ignore[union-attr]
+        if line.strip() != b"ready":
+            raise SystemExit("bench_http: the echo server did not start")
+        yield port
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def check_full_path(port: int, records: list[StreamRecord]) -> None:
+    pool = HttpPool("127.0.0.1", port)
+    answer = await pool.request("POST", BID_PATH, records[0].body, HEADERS, timeout_s=5)
+    await pool.close()
+    if len(records) == 1 and answer.status != 200:
+        raise SystemExit(f"bench_http: the bidder answered {answer.status}, not a bid: wrong path")
+
+
+async def measure(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    records = workload(args.workload)
+    bodies = [r.body for r in records]
+    sat: dict[str, list[float]] = {"echo": [], "bidder": []}
+    p99: dict[str, list[float]] = {"echo": [], "bidder": []}
+    async with echo_server() as echo_port, running_bidder(settings):
+        ports = {"echo": echo_port, "bidder": settings.port}
+        await check_full_path(settings.port, records)
+        for _ in range(args.rounds):
+            for name, port in ports.items():
+                sat[name].append(await saturate(port, bodies, args.duration, args.connections))
+        half = statistics.median(sat["echo"]) / 2
+        for _ in range(args.rounds):
+            for name, port in ports.items():
+                p99[name].append((await open_loop(port, records, half, args.duration))["p99_ms"])
+    return summarize(args, sat, p99, half)
+
+
+def summarize(
+    args: argparse.Namespace, sat: dict[str, list[float]], p99: dict[str, list[float]], half: float
+) -> dict[str, Any]:
+    med = {f"{k}_rps": round(statistics.median(v)) for k, v in sat.items()}
+    lat = {f"{k}_p99_ms": round(statistics.median(v), 3) for k, v in p99.items()}
+    return {
+        "benchmark": "bench_http",
+        "workload": args.workload,
+        "throughput_ratio": round(med["bidder_rps"] / med["echo_rps"], 3),
+        "p99_ratio": round(lat["bidder_p99_ms"] / lat["echo_p99_ms"], 3),
+        **med,
+        **lat,
+        "half_rate_rps": round(half),
+        "rounds": args.rounds,
+        "duration_s": args.duration,
+        "connections": args.connections,
+        "saturation_rounds_rps": {k: [round(x) for x in v] for k, v in sat.items()},
+        "p99_rounds_ms": {k: [round(x, 3) for x in v] for k, v in p99.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=("banner", "sample"), default="banner")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=32, help="closed-loop concurrency")
+    args = parser.parse_args()
+    with LocalStack() as stack:
+        settings = Settings(
+            port=free_port(),
+            admin_port=free_port(),
+            campaigns_path=CAMPAIGNS,
+            valkey_url=stack.valkey_url,
+            aws_endpoint=stack.aws_endpoint,
+        ).validate()
+        result = uvloop.run(measure(args, settings))
+    print(orjson.dumps(result).decode())
+
+
+if __name__ == "__main__":
+    main()

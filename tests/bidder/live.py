@@ -1,0 +1,102 @@
+"""A real bidder app served from a background thread, for synchronous tests.
+
+Tests that send raw bytes (bad gzip, huge bodies, hypothesis-generated junk)
+talk to it with ``http.client`` over loopback, exactly as an exchange would.
+``stages`` lets a test put its own stage into the pipeline (the test hook for
+"a stage made artificially slow").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import uvloop
+
+from bidder.app import BidderState
+from bidder.pipeline import Stage
+from bidder.settings import Settings
+from bidder.worker import build_state, start_site
+
+StagesHook = Callable[[BidderState], Sequence[Stage]]
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def reason(self) -> str | None:
+        return self.headers.get("x-nbr-reason")
+
+
+class LiveBidder:
+    def __init__(self, settings: Settings, stages: StagesHook | None = None):
+        self.settings = settings
+        self._stages = stages
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="live-bidder", daemon=True)
+        self.state: BidderState | None = None
+
+    def __enter__(self) -> LiveBidder:
+        self._thread.start()
+        if not self._ready.wait(30) or self._error is not None:
+            raise RuntimeError(f"live bidder did not start: {self._error!r}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def post(self, body: bytes, headers: dict[str, str] | None = None) -> Answer:
+        return self.request("POST", "/openrtb2/bid", body, headers)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Answer:
+        conn = http.client.HTTPConnection(self.settings.host, self.settings.port, timeout=10)
+        try:
+            sent = {"Content-Type": "application/json", **(headers or {})}
+            conn.request(method, path, body=body, headers=sent)
+            resp = conn.getresponse()
+            data = resp.read()
+            return Answer(resp.status, {k.lower(): v for k, v in resp.getheaders()}, data)
+        finally:
+            conn.close()
+
+    def _run(self) -> None:
+        loop = uvloop.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:  # reported to the starting thread
+            self._error = exc
+            self._ready.set()
+        finally:
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        state = await build_state(self.settings)
+        if self._stages is not None:
+            state.stages = self._stages(state)
+        self.state = state
+        runner = await start_site(state)
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await runner.cleanup()

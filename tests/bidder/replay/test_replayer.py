@@ -1,0 +1,260 @@
+"""Open-loop replay against a small real bidder stand-in on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from bidder.replay.auction import Market
+from bidder.replay.replayer import ReplayOptions, replay
+from bidder.replay.report import render_table, status_classes, to_json
+from bidder.replay.stream import StreamRecord, encode_record, read_stream, write_stream
+
+# Competition fixed at exactly the floor (1.0): every bid of 5.0 wins at 1.01 (second price).
+FIXED_MARKET = Market(seed=1, median_multiple=1.0, sigma=0.0)
+
+
+class FakeBidder:
+    """Behaviour chosen by the X-Ssp header: bid, nobid-<reason>, hold, slow, boom."""
+
+    def __init__(self) -> None:
+        self.url = ""
+        self.arrivals = 0
+        self.answered = 0
+        self.release = asyncio.Event()
+        self.changed = asyncio.Condition()
+        self.headers: list[dict[str, str]] = []
+        self.notices: list[tuple[str, str, str]] = []
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/openrtb2/bid", self.bid)
+        app.router.add_get("/notice/{kind}", self.notice)
+        return app
+
+    async def bid(self, request: web.Request) -> web.Response:
+        async with self.changed:
+            self.arrivals += 1
+            self.changed.notify_all()
+        self.headers.append(dict(request.headers))
+        body = orjson.loads(await request.read())
+        response = await self._answer(request.headers["X-Ssp"], body["id"], request.host)
+        self.answered += 1
+        return response
+
+    async def _answer(self, ssp: str, request_id: str, host: str) -> web.Response:
+        if ssp == "bid":
+            return web.Response(
+                body=bid_response(request_id, host), content_type="application/json"
+            )
+        if ssp.startswith("nobid-"):
+            return web.Response(status=204, headers={"X-Nbr-Reason": ssp[6:], "X-Nbr": "0"})
+        if ssp == "hold":
+            await self.release.wait()
+        if ssp == "slow":
+            await asyncio.sleep(0.005)
+        if ssp == "boom":
+            return web.Response(status=500)
+        return web.Response(status=204, headers={"X-Nbr-Reason": "deadline"})
+
+    async def notice(self, request: web.Request) -> web.Response:
+        self.notices.append(
+            (request.match_info["kind"], request.query["bid"], request.query["price"])
+        )
+        return web.Response(text="ok")
+
+
+def bid_response(request_id: str, host: str) -> bytes:
+    bid_id = f"bid-{request_id}"
+    bid = {
+        "id": bid_id,
+        "impid": "1",
+        "price": 5.0,
+        "crid": "c1",
+        "cid": "k1",
+        "adomain": ["a.com"],
+    }
+    for field, kind in (("nurl", "win"), ("burl", "bill")):
+        bid[field] = f"http://{host}/notice/{kind}?bid={bid_id}&price=${{AUCTION_PRICE}}"
+    return orjson.dumps({"id": request_id, "cur": "USD", "seatbid": [{"seat": "s", "bid": [bid]}]})
+
+
+def bid_request(i: int) -> dict:
+    return {
+        "id": f"r{i}",
+        "at": 2,
+        "imp": [{"id": "1", "bidfloor": 1.0, "banner": {"w": 300, "h": 250}}],
+    }
+
+
+def records(kinds: list[str], gap_ms: int = 1) -> list[StreamRecord]:
+    return [
+        StreamRecord(
+            t_ms=i * gap_ms, ts=1_767_225_600_000 + i, ssp=kind, body=orjson.dumps(bid_request(i))
+        )
+        for i, kind in enumerate(kinds)
+    ]
+
+
+def options(**overrides) -> ReplayOptions:
+    return ReplayOptions(**{"rate": 2000.0, "market": FIXED_MARKET, **overrides})
+
+
+@pytest_asyncio.fixture
+async def bidder(aiohttp_server) -> AsyncIterator[FakeBidder]:
+    fake = FakeBidder()
+    server = await aiohttp_server(fake.app())
+    fake.url = f"http://127.0.0.1:{server.port}"
+    yield fake
+    fake.release.set()
+
+
+@pytest.mark.asyncio
+async def test_counts_answers_by_status_and_no_bid_reason(bidder):
+    kinds = ["bid"] * 2 + ["nobid-geo"] * 3 + ["nobid-invalid"] + ["boom"]
+    result = await replay(records(kinds), bidder.url, options())
+    assert result.requests == 7
+    assert status_classes(result.status) == {"200": 2, "204": 4, "5xx": 1, "other": 0}
+    assert dict(result.nbr_reasons) == {"geo": 3, "invalid": 1}
+    assert result.samples == 7
+    assert result.within_deadline <= 6  # the 500 never counts as answered in time
+
+
+@pytest.mark.asyncio
+async def test_requests_carry_the_openrtb_version_and_ssp_headers(bidder):
+    await replay(records(["nobid-geo"]), bidder.url, options())
+    (headers,) = bidder.headers
+    assert headers["X-Openrtb-Version"] == "2.6"
+    assert headers["X-Ssp"] == "nobid-geo"
+    assert headers["Content-Type"] == "application/json"
+
+
+@pytest.mark.asyncio
+async def test_sends_continue_while_earlier_requests_are_pending(bidder):
+    replaying = asyncio.create_task(
+        replay(records(["hold"] * 20), bidder.url, options(timeout_ms=5000))
+    )
+    async with asyncio.timeout(3), bidder.changed:
+        await bidder.changed.wait_for(lambda: bidder.arrivals == 20)
+    assert bidder.answered == 0  # all 20 arrived while none had been answered
+    bidder.release.set()
+    result = await replaying
+    assert result.status[204] == 20
+
+
+@pytest.mark.asyncio
+async def test_queued_requests_have_corrected_latency_above_uncorrected(bidder):
+    # One connection, 5 ms per answer, a request every 1 ms: requests queue in the client.
+    result = await replay(
+        records(["slow"] * 10), bidder.url, options(rate=1000.0, max_connections=1)
+    )
+    assert result.status[204] == 10
+    assert result.corrected.get_mean_value() > result.uncorrected.get_mean_value()
+    assert result.corrected.get_max_value() >= result.uncorrected.get_max_value()
+
+
+@pytest.mark.asyncio
+async def test_timeouts_are_counted_and_recorded_as_lower_bounds(bidder):
+    result = await replay(records(["hold"] * 5), bidder.url, options(timeout_ms=30))
+    assert result.timeouts == 5
+    assert sum(result.status.values()) == 0
+    assert result.samples == 5
+    assert result.within_deadline == 0
+
+
+@pytest.mark.asyncio
+async def test_winners_get_win_then_bill_notices_with_the_clearing_price(bidder):
+    result = await replay(records(["bid"] * 5), bidder.url, options())
+    auction = result.auction
+    assert (auction.bids, auction.wins, auction.spend_micros) == (5, 5, 5 * 1010)
+    assert (auction.notices_sent, auction.notices_ok, auction.notices_failed) == (10, 10, 0)
+    for i in range(5):
+        calls = [(kind, price) for kind, bid, price in bidder.notices if bid == f"bid-r{i}"]
+        assert calls == [("win", "1.01"), ("bill", "1.01")]
+
+
+@pytest.mark.asyncio
+async def test_notices_can_be_turned_off(bidder):
+    result = await replay(records(["bid"] * 3), bidder.url, options(notices=False))
+    assert result.auction.wins == 3
+    assert bidder.notices == []
+
+
+@pytest.mark.asyncio
+async def test_warmup_requests_are_sent_but_not_measured(bidder):
+    # Recorded 1 ms apart, real time: the first 10 fall inside a 10 ms warm-up.
+    opts = options(rate=None, speed=1.0, warmup_s=0.010)
+    result = await replay(records(["nobid-geo"] * 20), bidder.url, opts)
+    assert bidder.arrivals == 20
+    assert (result.warmup_requests, result.requests, result.samples) == (10, 10, 10)
+    assert result.nbr_reasons["geo"] == 10
+
+
+@pytest.mark.asyncio
+async def test_unreachable_bidder_counts_transport_errors():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = await replay(records(["bid"] * 3), f"http://127.0.0.1:{port}", options())
+    assert (result.requests, result.transport_errors, result.samples) == (3, 3, 0)
+
+
+@pytest.mark.asyncio
+async def test_stream_file_is_looped_until_the_duration(bidder, tmp_path):
+    path = tmp_path / "stream.jsonl.gz"
+    write_stream(path, (encode_record(i, 0, "nobid-geo", request=bid_request(i)) for i in range(3)))
+    result = await replay(read_stream(path), bidder.url, options(rate=1000.0, duration_s=0.010))
+    assert result.requests == bidder.arrivals == 10
+
+
+@pytest.mark.asyncio
+async def test_report_has_stable_json_keys_and_a_readable_table(bidder):
+    result = await replay(records(["bid", "nobid-geo", "nobid-geo"]), bidder.url, options())
+    summary = to_json(result)
+    assert {
+        "requests", "warmup_requests", "duration_s", "rate_rps", "status", "nbr_reasons",
+        "latency_ms", "within_deadline_share", "deadline_ms", "timeouts", "transport_errors",
+        "late_sends", "max_send_lag_ms", "auction", "samples", "p99_9_reliable",
+    } <= summary.keys()  # fmt: skip
+    assert set(summary["latency_ms"]["corrected"]) == {"p50", "p90", "p99", "p99_9", "max"}
+    assert summary["nbr_reasons"] == {"geo": 2}
+    assert summary["p99_9_reliable"] is False
+    assert orjson.loads(orjson.dumps(summary)) == summary
+    table = render_table(result)
+    for text in (
+        "achieved rate",
+        "geo",
+        "p99.9 (*)",
+        "corrected",
+        "within 8 ms deadline",
+        "wins 1",
+    ):
+        assert text in table
+
+
+@pytest.mark.asyncio
+async def test_progress_bar_goes_to_stderr(bidder, capsys):
+    await replay(records(["nobid-geo"] * 3), bidder.url, options(), progress=True)
+    captured = capsys.readouterr()
+    assert "req" in captured.err
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    "bad", [{"timeout_ms": 0}, {"speed": 0}, {"warmup_s": -1}, {"max_connections": 0}]
+)
+def test_bad_options_are_refused_up_front(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        ReplayOptions(**bad)
+
+
+@pytest.mark.asyncio
+async def test_target_must_be_plain_http():
+    with pytest.raises(ValueError, match="http://"):
+        await replay([], "https://bidder.example", ReplayOptions())

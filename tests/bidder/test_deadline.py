@@ -1,0 +1,94 @@
+"""The deadline holds whatever a stage does: 204 ``deadline``, never a late bid.
+
+A slow awaiting stage is cancelled at the deadline; a stage that blocks the
+loop can't be cancelled, so its bid is withheld after the fact. These tests
+assert status and reason. The one time figure used is the slow stage's own
+length, 30 s: an answer before it proves the stage was cut short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from bidder.app import BidderState
+from bidder.nobid import NoBid
+from bidder.pipeline import Context, Stage
+from bidder.settings import Settings
+from tests.bidder.conftest import EXTERNAL
+from tests.bidder.live import LiveBidder
+
+SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()
+SLOW_STAGE_S = 30.0
+
+
+class SleepingStage:
+    """Awaits far past any deadline, like a stalled remote call."""
+
+    async def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        await asyncio.sleep(SLOW_STAGE_S)
+        return None
+
+
+class BlockingStage:
+    """Holds the event loop past the deadline, like a slow pure computation."""
+
+    def __init__(self, settings: Settings):
+        self._block_s = 3 * settings.deadline_ms / 1000
+
+    async def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        time.sleep(self._block_s)  # noqa: ASYNC251 - blocking the loop is the point
+        return None
+
+
+class FailingStage:
+    async def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        raise RuntimeError("a bug in a stage")
+
+
+def _with(extra: Stage) -> object:
+    def hook(state: BidderState) -> Sequence[Stage]:
+        return [*state.stages, extra]
+
+    return hook
+
+
+@pytest.fixture
+def bidder_with(bidder_settings: Settings) -> Iterator[object]:
+    started: list[LiveBidder] = []
+
+    def start(stage: Stage) -> LiveBidder:
+        bidder = LiveBidder(bidder_settings, stages=_with(stage)).__enter__()  # type: ignore[arg-type]
+        started.append(bidder)
+        return bidder
+
+    yield start
+    for bidder in started:
+        bidder.__exit__()
+
+
+def test_a_stalled_stage_is_cut_off_at_the_deadline(bidder_with) -> None:  # type: ignore[no-untyped-def]
+    bidder = bidder_with(SleepingStage())
+    began = time.monotonic()
+    answer = bidder.post(SIMPLE_BANNER)
+    assert (answer.status, answer.reason) == (204, "deadline")
+    assert time.monotonic() - began < SLOW_STAGE_S
+
+
+def test_a_stage_that_blocks_past_the_deadline_loses_its_bid(bidder_with, bidder_settings) -> None:  # type: ignore[no-untyped-def]
+    bidder = bidder_with(BlockingStage(bidder_settings))
+    answer = bidder.post(SIMPLE_BANNER)
+    assert (answer.status, answer.reason) == (204, "deadline")
+
+
+def test_a_bug_in_a_stage_is_a_204_not_a_5xx(bidder_with) -> None:  # type: ignore[no-untyped-def]
+    bidder = bidder_with(FailingStage())
+    answer = bidder.post(SIMPLE_BANNER)
+    assert (answer.status, answer.reason, answer.headers.get("x-nbr")) == (
+        204,
+        "internal_error",
+        "1",
+    )
