@@ -2,12 +2,13 @@
 
 Theory of operation for a bid request: the deadline is fixed at receipt
 (``received + deadline_ms``, tightened to ``tmax - network allowance`` once the
-request says its tmax), and everything after receipt, body read included, runs
-inside one ``asyncio.timeout_at(deadline)``, so any awaited call is cancelled
-at the deadline. Pure stages can't be interrupted, so the deadline is checked
-once more before a bid goes out. Whatever goes wrong, the answer is a 204 with a
-typed reason: a remote fault (bad body) is ``invalid``, lateness is
-``deadline``, and our own bug is logged loudly and answered ``internal_error``.
+request says its tmax). Every await after receipt is bounded by it with
+``asyncio.timeout_at``: the body read when part of the body is still in flight,
+and each pipeline stage that does I/O (see ``bidder.pipeline``). Pure work can't
+be interrupted, so the deadline is checked once more before a bid goes out.
+Whatever goes wrong, the answer is a 204 with a typed reason: a remote fault
+(bad body) is ``invalid``, lateness is ``deadline``, and our own bug is logged
+loudly and answered ``internal_error``.
 """
 
 from __future__ import annotations
@@ -78,8 +79,7 @@ class BidHandler:
 
     async def _decide_in_time(self, request: web.Request, received: float) -> bytes | NoBid:
         try:
-            async with asyncio.timeout_at(self._deadline(received, None)) as cutoff:
-                return await self._decide(request, received, cutoff)
+            return await self._decide(request, received)
         except TimeoutError:
             return NoBid.DEADLINE
         except Exception:
@@ -87,18 +87,15 @@ class BidHandler:
             log.exception("bug on the bid path; answered 204 internal_error")
             return NoBid.INTERNAL_ERROR
 
-    async def _decide(
-        self, request: web.Request, received: float, cutoff: asyncio.Timeout
-    ) -> bytes | NoBid:
+    async def _decide(self, request: web.Request, received: float) -> bytes | NoBid:
         try:
-            body = await read_body(request, self._settings.max_body_bytes)
+            body = await self._read(request, self._deadline(received, None))
             bid_request = parse_bid_request(body)
         except InvalidRequest:
             return NoBid.INVALID
         deadline = self._deadline(received, bid_request.tmax_ms)
         if deadline <= self._state.clock.monotonic():
             return NoBid.DEADLINE
-        cutoff.reschedule(deadline)
         ctx = Context(request=bid_request, ssp=request.headers.get("X-Ssp", ""), received=received)
         reason = await run_stages(self._state.stages, ctx, deadline)
         if reason is not None:
@@ -108,6 +105,13 @@ class BidHandler:
         if self._state.clock.monotonic() > deadline:
             return NoBid.DEADLINE
         return body
+
+    async def _read(self, request: web.Request, deadline: float) -> bytes:
+        """The body; a timer is armed only if part of it has not arrived yet."""
+        if request.content.is_eof():
+            return await read_body(request, self._settings.max_body_bytes)
+        async with asyncio.timeout_at(deadline):
+            return await read_body(request, self._settings.max_body_bytes)
 
     def _deadline(self, received: float, tmax_ms: int | None) -> float:
         deadline = received + self._budget_s

@@ -44,13 +44,18 @@ async def _read_capped(request: web.Request, max_bytes: int) -> bytes:
 
 
 def gunzip_capped(data: bytes, max_bytes: int) -> bytes:
-    decoder = zlib.decompressobj(wbits=_GZIP_WBITS)
-    try:
-        out = decoder.decompress(data, max_bytes + 1)
-    except zlib.error:
-        raise InvalidRequest("body is not valid gzip") from None
-    if len(out) > max_bytes:
-        raise InvalidRequest(f"gzip body expands past the {max_bytes} byte cap")
-    if not decoder.eof:
-        raise InvalidRequest("gzip body is truncated")
-    return out
+    """Decode every gzip member (RFC 1952 allows several), ``max_bytes`` in all."""
+    out = b""
+    while True:
+        decoder = zlib.decompressobj(wbits=_GZIP_WBITS)
+        try:
+            out += decoder.decompress(data, max_bytes + 1 - len(out))
+        except zlib.error:
+            raise InvalidRequest("body is not valid gzip") from None
+        if len(out) > max_bytes:
+            raise InvalidRequest(f"gzip body expands past the {max_bytes} byte cap")
+        if not decoder.eof:
+            raise InvalidRequest("gzip body is truncated")
+        data = decoder.unused_data
+        if not data:
+            return out

@@ -15,16 +15,17 @@ is stable. The format is documented for users in ``docs/campaigns.md``.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
+
+from bidder._validation import Obj, Problems, check_int, check_pattern, check_str
 
 FORMATS = ("banner", "video", "native", "audio")
 SERVE_MODES = ("adm", "nurl")
@@ -179,7 +180,7 @@ def load_campaign_file(path: str | os.PathLike[str]) -> list[Campaign]:
     if not isinstance(doc, dict):
         raise CampaignError(['must be a JSON object {"version": 1, "campaigns": [...]}'], source)
     problems: list[str] = []
-    top = _Obj(doc, "", _Problems("", problems), ("version", "campaigns"))
+    top = Obj(doc, "", Problems("", problems), ("version", "campaigns"))
     version = top.integer("version")
     if version and version != FILE_VERSION:
         top.p.add("version", f"unsupported version {version} (this bidsim reads {FILE_VERSION})")
@@ -214,7 +215,7 @@ def _campaigns(docs: Sequence[Any], problems: list[str]) -> list[Campaign]:
     for n, doc in enumerate(docs):
         cid = doc.get("id") if isinstance(doc, dict) else None
         cid = cid if isinstance(cid, str) and cid else None
-        p = _Problems(f"campaigns[{n}]" + (f" (id {cid!r})" if cid else ""), problems)
+        p = Problems(f"campaigns[{n}]" + (f" (id {cid!r})" if cid else ""), problems)
         before = len(problems)
         campaign = _campaign(doc, p)
         if cid is not None and cid in seen:
@@ -224,120 +225,6 @@ def _campaigns(docs: Sequence[Any], problems: list[str]) -> list[Campaign]:
         if len(problems) == before:
             campaigns.append(campaign)
     return campaigns
-
-
-# ------------------------------------------------------------------- problem collection
-
-
-class _Problems:
-    """Collects problems under one prefix (a campaign) into a shared list."""
-
-    __slots__ = ("out", "prefix")
-
-    def __init__(self, prefix: str, out: list[str]) -> None:
-        self.prefix, self.out = prefix, out
-
-    def add(self, path: str, message: str) -> None:
-        self.out.append(": ".join(part for part in (self.prefix, path, message) if part))
-
-
-class _Obj:
-    """One JSON object under validation: typed reads that record problems, never raise.
-
-    A failed read returns a harmless placeholder; the caller drops the campaign when
-    any problem was recorded, so placeholders never escape.
-    """
-
-    __slots__ = ("doc", "p", "path", "valid")
-
-    def __init__(self, doc: Any, path: str, p: _Problems, fields: Collection[str]) -> None:
-        self.path, self.p = path, p
-        # Not an object: one problem, not one more per required field.
-        self.valid = isinstance(doc, dict)
-        if not self.valid:
-            p.add(path, "must be an object")
-            doc = {}
-        for key in doc:
-            if key not in fields:
-                close = difflib.get_close_matches(str(key), fields, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                p.add(self.at(str(key)), f"unknown field{hint}")
-        self.doc: dict[str, Any] = doc
-
-    def at(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def has(self, key: str) -> bool:
-        return self.doc.get(key) is not None
-
-    def missing(self, key: str, message: str = "is required") -> None:
-        if self.valid:
-            self.p.add(self.at(key), message)
-
-    def string(self, key: str, default: str | None = None, choices: Sequence[str] = ()) -> str:
-        """A string field; required when no default is given (JSON null = absent)."""
-        value = self.doc.get(key)
-        if value is None:
-            if default is None:
-                self.missing(key)
-            return default or ""
-        return _check_str(value, self.at(key), self.p, choices)
-
-    def opt_string(self, key: str) -> str | None:
-        value = self.doc.get(key)
-        return None if value is None else _check_str(value, self.at(key), self.p)
-
-    def integer(self, key: str, minimum: int = 1, maximum: int | None = None) -> int:
-        """A required integer field."""
-        if not self.has(key):
-            self.missing(key)
-        return self.opt_integer(key, minimum, maximum) or 0
-
-    def opt_integer(self, key: str, minimum: int = 1, maximum: int | None = None) -> int | None:
-        value = self.doc.get(key)
-        if value is None:
-            return None
-        return _check_int(value, self.at(key), self.p, minimum, maximum)
-
-    def array(self, key: str) -> list[tuple[str, Any]] | None:
-        """(path, item) pairs of an array field, or None when it is absent."""
-        value = self.doc.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list):
-            self.p.add(self.at(key), "must be an array")
-            return []
-        return [(f"{self.at(key)}[{n}]", item) for n, item in enumerate(value)]
-
-    def strings(self, key: str) -> list[str]:
-        return [_check_str(v, path, self.p) for path, v in self.array(key) or ()]
-
-
-def _check_str(value: Any, path: str, p: _Problems, choices: Sequence[str] = ()) -> str:
-    if not isinstance(value, str) or not value:
-        p.add(path, "must be a non-empty string")
-        return ""
-    if choices and value not in choices:
-        allowed = ", ".join(repr(c) for c in choices)
-        p.add(path, f"must be one of {allowed} (got {value!r})")
-    return value
-
-
-def _check_int(value: Any, path: str, p: _Problems, minimum: int, maximum: int | None) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        p.add(path, f"must be an integer (got {value!r})")
-        return 0
-    if value < minimum:
-        p.add(path, f"must be at least {minimum:_} (got {value:_})")
-    elif maximum is not None and value > maximum:
-        p.add(path, f"must be at most {maximum:_} (got {value:_})")
-    return value
-
-
-def _check_pattern(value: str, pattern: re.Pattern[str], path: str, p: _Problems, what: str) -> str:
-    if value and not pattern.fullmatch(value):
-        p.add(path, f"{value!r} is not {what}")
-    return value
 
 
 def normalize_domain(value: str) -> str:
@@ -355,9 +242,9 @@ _CAMPAIGN_FIELDS = (
 )  # fmt: skip
 
 
-def _campaign(doc: Any, p: _Problems) -> Campaign:
-    o = _Obj(doc, "", p, _CAMPAIGN_FIELDS)
-    cid = _check_pattern(o.string("id"), _ID, "id", p, "a valid id (letters, digits, . _ -)")
+def _campaign(doc: Any, p: Problems) -> Campaign:
+    o = Obj(doc, "", p, _CAMPAIGN_FIELDS)
+    cid = check_pattern(o.string("id"), _ID, "id", p, "a valid id (letters, digits, . _ -)")
     base = o.integer("base_bid_cpm_micros", 1, MAX_BID_CPM_MICROS)
     top = o.integer("max_bid_cpm_micros", 1, MAX_BID_CPM_MICROS)
     if base and top and base > top:
@@ -379,29 +266,29 @@ def _campaign(doc: Any, p: _Problems) -> Campaign:
     )
 
 
-def _currency(o: _Obj) -> str:
+def _currency(o: Obj) -> str:
     value = o.string("currency", "USD")
     if value and value != "USD":
         o.p.add("currency", f"{value!r} is not supported: only 'USD' (no currency conversion yet)")
     return value
 
 
-def _unique(o: _Obj, key: str, what: str) -> tuple[str, ...]:
+def _unique(o: Obj, key: str, what: str) -> tuple[str, ...]:
     seen: list[str] = []
     for path, value in o.array(key) or ():
-        text = _check_str(value, path, o.p)
+        text = check_str(value, path, o.p)
         if text in seen:
             o.p.add(path, f"duplicate {what} {text!r}")
         seen.append(text)
     return tuple(seen)
 
 
-def _pacing_curve(o: _Obj) -> str | tuple[float, ...]:
+def _pacing_curve(o: Obj) -> str | tuple[float, ...]:
     value, path = o.doc.get("pacing_curve"), o.at("pacing_curve")
     if value is None:
         return "default"
     if isinstance(value, str):
-        return _check_pattern(value, _CURVE_NAME, path, o.p, "a curve name ([a-z0-9_-])")
+        return check_pattern(value, _CURVE_NAME, path, o.p, "a curve name ([a-z0-9_-])")
     numbers = value if isinstance(value, list) else []
     if len(numbers) != 24 or not all(_is_weight(v) for v in numbers):
         o.p.add(path, "must be a curve name or an array of 24 non-negative numbers")
@@ -419,7 +306,7 @@ def _is_weight(value: Any) -> bool:
 # ------------------------------------------------------------------------- targeting
 
 _T = TypeVar("_T")
-_Item = Callable[[Any, str, _Problems], _T]
+_Item = Callable[[Any, str, Problems], _T]
 """Validates one array item at a path, recording problems; returns the normal form."""
 
 _TARGETING_FIELDS = (
@@ -428,10 +315,10 @@ _TARGETING_FIELDS = (
 )  # fmt: skip
 
 
-def _targeting(parent: _Obj) -> Targeting:
+def _targeting(parent: Obj) -> Targeting:
     if not parent.has("targeting"):
         return Targeting()
-    o = _Obj(parent.doc["targeting"], parent.at("targeting"), parent.p, _TARGETING_FIELDS)
+    o = Obj(parent.doc["targeting"], parent.at("targeting"), parent.p, _TARGETING_FIELDS)
     return Targeting(
         countries=_restriction(o, "countries", _country),
         device_types=_restriction(o, "device_types", _device_type),
@@ -443,7 +330,7 @@ def _targeting(parent: _Obj) -> Targeting:
     )
 
 
-def _restriction(o: _Obj, key: str, item: _Item[_T]) -> frozenset[_T] | None:
+def _restriction(o: Obj, key: str, item: _Item[_T]) -> frozenset[_T] | None:
     """An 'any unless listed' set: absent is None; an empty list is a mistake."""
     items = o.array(key)
     if items is None:
@@ -453,12 +340,12 @@ def _restriction(o: _Obj, key: str, item: _Item[_T]) -> frozenset[_T] | None:
     return frozenset(item(value, path, o.p) for path, value in items)
 
 
-def _country(value: Any, path: str, p: _Problems) -> str:
-    text = _check_str(value, path, p).upper()
-    return _check_pattern(text, _COUNTRY, path, p, "an ISO 3166-1 alpha-3 country code")
+def _country(value: Any, path: str, p: Problems) -> str:
+    text = check_str(value, path, p).upper()
+    return check_pattern(text, _COUNTRY, path, p, "an ISO 3166-1 alpha-3 country code")
 
 
-def _device_type(value: Any, path: str, p: _Problems) -> int:
+def _device_type(value: Any, path: str, p: Problems) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value in DEVICE_TYPES.values():
         return value
     if isinstance(value, str) and value in DEVICE_TYPES:
@@ -467,17 +354,17 @@ def _device_type(value: Any, path: str, p: _Problems) -> int:
     return 0
 
 
-def _channel(value: Any, path: str, p: _Problems) -> str:
-    return _check_str(value, path, p, CHANNELS)
+def _channel(value: Any, path: str, p: Problems) -> str:
+    return check_str(value, path, p, CHANNELS)
 
 
-def _domains(o: _Obj, key: str) -> frozenset[str]:
+def _domains(o: Obj, key: str) -> frozenset[str]:
     return frozenset(_domain(v, path, o.p) for path, v in o.array(key) or ())
 
 
-def _domain(value: Any, path: str, p: _Problems) -> str:
-    text = normalize_domain(_check_str(value, path, p))
-    return _check_pattern(text, _DOMAIN, path, p, "a domain name (no scheme, port or path)")
+def _domain(value: Any, path: str, p: Problems) -> str:
+    text = normalize_domain(check_str(value, path, p))
+    return check_pattern(text, _DOMAIN, path, p, "a domain name (no scheme, port or path)")
 
 
 # ------------------------------------------------------------------------- creatives
@@ -500,7 +387,7 @@ _REQUIRED_BY_FORMAT = {
 }
 
 
-def _creatives(parent: _Obj) -> tuple[Creative, ...]:
+def _creatives(parent: Obj) -> tuple[Creative, ...]:
     items = parent.array("creatives")
     if not items:
         parent.missing("creatives", "must list at least one creative")
@@ -514,18 +401,18 @@ def _creatives(parent: _Obj) -> tuple[Creative, ...]:
     return creatives
 
 
-def _creative(doc: Any, path: str, p: _Problems) -> Creative:
-    o = _Obj(doc, path, p, _CREATIVE_FIELDS)
+def _creative(doc: Any, path: str, p: Problems) -> Creative:
+    o = Obj(doc, path, p, _CREATIVE_FIELDS)
     fmt = o.string("format", choices=FORMATS)
     creative = Creative(
-        id=_check_pattern(o.string("id"), _ID, o.at("id"), p, "a valid id"),
+        id=check_pattern(o.string("id"), _ID, o.at("id"), p, "a valid id"),
         format=fmt,
         markup=o.string("markup"),
         adomain=_adomain(o),
         w=o.opt_integer("w", 1, 10_000),
         h=o.opt_integer("h", 1, 10_000),
         cat=tuple(_category(v, at, p) for at, v in o.array("cat") or ()),
-        attr=frozenset(_check_int(v, at, p, 1, 17) for at, v in o.array("attr") or ()),
+        attr=frozenset(check_int(v, at, p, 1, 17) for at, v in o.array("attr") or ()),
         serve=o.string("serve", "adm", SERVE_MODES),
         mime=_mime(o, fmt),
         duration_s=o.opt_integer("duration_s", 1, 3_600),
@@ -536,26 +423,26 @@ def _creative(doc: Any, path: str, p: _Problems) -> Creative:
     return creative
 
 
-def _adomain(o: _Obj) -> tuple[str, ...]:
+def _adomain(o: Obj) -> tuple[str, ...]:
     items = o.array("adomain")
     if not items:
         o.missing("adomain", "must list at least one advertiser domain")
     return tuple(_domain(v, path, o.p) for path, v in items or ())
 
 
-def _category(value: Any, path: str, p: _Problems) -> str:
-    text = _check_str(value, path, p).upper()
-    return _check_pattern(text, _IAB_CAT, path, p, "an IAB category like 'IAB7' or 'IAB7-39'")
+def _category(value: Any, path: str, p: Problems) -> str:
+    text = check_str(value, path, p).upper()
+    return check_pattern(text, _IAB_CAT, path, p, "an IAB category like 'IAB7' or 'IAB7-39'")
 
 
-def _mime(o: _Obj, fmt: str) -> str | None:
+def _mime(o: Obj, fmt: str) -> str | None:
     mime = o.opt_string("mime")
     if mime and fmt in ("video", "audio") and not mime.startswith(f"{fmt}/"):
         o.p.add(o.at("mime"), f"{mime!r} is not a {fmt} MIME type")
     return mime
 
 
-def _check_format_fields(o: _Obj, fmt: str) -> None:
+def _check_format_fields(o: Obj, fmt: str) -> None:
     for key in ("w", "h", "mime", "duration_s"):
         if o.has(key) and key not in _ALLOWED_BY_FORMAT[fmt]:
             o.p.add(o.at(key), f"not used by {fmt} creatives")
@@ -566,7 +453,7 @@ def _check_format_fields(o: _Obj, fmt: str) -> None:
         o.p.add(o.at("w" if o.has("h") else "h"), "video w and h go together")
 
 
-def _check_markup(o: _Obj, fmt: str, markup: str) -> None:
+def _check_markup(o: Obj, fmt: str, markup: str) -> None:
     if not markup:
         return
     if fmt in ("video", "audio") and "<VAST" not in markup:
@@ -588,7 +475,7 @@ _CAP_FIELDS = ("scope", "window", "limit", "min_gap_s")
 _POLICY_FIELDS = ("count_on", "on_store_error", "impressions")
 
 
-def _frequency_caps(parent: _Obj) -> tuple[FrequencyCap, ...]:
+def _frequency_caps(parent: Obj) -> tuple[FrequencyCap, ...]:
     caps: list[FrequencyCap] = []
     for path, value in parent.array("frequency_caps") or ():
         cap = _frequency_cap(value, path, parent.p)
@@ -599,8 +486,8 @@ def _frequency_caps(parent: _Obj) -> tuple[FrequencyCap, ...]:
     return tuple(caps)
 
 
-def _frequency_cap(doc: Any, path: str, p: _Problems) -> FrequencyCap:
-    o = _Obj(doc, path, p, _CAP_FIELDS)
+def _frequency_cap(doc: Any, path: str, p: Problems) -> FrequencyCap:
+    o = Obj(doc, path, p, _CAP_FIELDS)
     scope = o.string("scope", choices=CAP_SCOPES)
     kind, seconds = _window(o)
     if kind == "recency":
@@ -613,7 +500,7 @@ def _frequency_cap(doc: Any, path: str, p: _Problems) -> FrequencyCap:
     return FrequencyCap(scope=scope, window_kind=kind, window_s=seconds, limit=o.integer("limit"))
 
 
-def _window(o: _Obj) -> tuple[str, int]:
+def _window(o: Obj) -> tuple[str, int]:
     window = o.string("window")
     if window in FIXED_WINDOWS:
         return "fixed", FIXED_WINDOWS[window]
@@ -631,10 +518,10 @@ def _window(o: _Obj) -> tuple[str, int]:
     return "fixed", FIXED_WINDOWS["day"]
 
 
-def _cap_policy(parent: _Obj) -> CapPolicy:
+def _cap_policy(parent: Obj) -> CapPolicy:
     if not parent.has("cap_policy"):
         return CapPolicy()
-    o = _Obj(parent.doc["cap_policy"], parent.at("cap_policy"), parent.p, _POLICY_FIELDS)
+    o = Obj(parent.doc["cap_policy"], parent.at("cap_policy"), parent.p, _POLICY_FIELDS)
     return CapPolicy(
         count_on=o.string("count_on", "win", ("win", "bid")),
         on_store_error=o.string("on_store_error", "open", ("open", "closed")),

@@ -229,7 +229,8 @@ def _cmd_gen(args: argparse.Namespace) -> int:
     if args.requests <= 0 or args.rate <= 0:
         raise ValueError("--requests and --rate must be positive")
     summary = generate(args.out, requests=args.requests, seed=args.seed, mean_rate=args.rate)
-    print(summary)
+    print(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode())
+    print(f"wrote {summary.requests} requests to {args.out}", file=sys.stderr)
     return 0
 
 

@@ -10,6 +10,7 @@ replace the plain parameters when the notices issue lands.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
@@ -17,21 +18,24 @@ from urllib.parse import quote
 import orjson
 
 from bidder.campaigns import Creative
+from bidder.openrtb import Imp
 from bidder.pipeline import Context, PricedCandidate
+
+_URL_SAFE = re.compile(r"[A-Za-z0-9_.~-]*")
 
 # OpenRTB 2.6 "Creative Markup Types" (Bid.mtype).
 _MTYPE = {"banner": 1, "video": 2, "audio": 3, "native": 4}
 
 
-def winners(priced: Iterable[PricedCandidate]) -> list[PricedCandidate]:
-    """The best candidate per imp, in the request's imp order."""
+def winners(priced: Iterable[PricedCandidate], imps: Iterable[Imp]) -> list[PricedCandidate]:
+    """The best candidate per imp, in the request's imp order (``imps``)."""
     best: dict[str, PricedCandidate] = {}
     for option in priced:
         imp_id = option.candidate.imp.id
         current = best.get(imp_id)
         if current is None or _beats(option, current):
             best[imp_id] = option
-    return list(best.values())
+    return [best[imp.id] for imp in imps if imp.id in best]
 
 
 def _beats(option: PricedCandidate, current: PricedCandidate) -> bool:
@@ -44,7 +48,7 @@ def build_response(ctx: Context, seat: str, notice_base_url: str) -> bytes:
     """Serialized BidResponse with one bid per imp that has a priced candidate."""
     bids = [
         _bid(str(n), option, ctx.request.id, notice_base_url)
-        for n, option in enumerate(winners(ctx.priced), start=1)
+        for n, option in enumerate(winners(ctx.priced, ctx.request.imps), start=1)
     ]
     response = {"id": ctx.request.id, "cur": "USD", "seatbid": [{"seat": seat, "bid": bids}]}
     return orjson.dumps(response)
@@ -91,5 +95,10 @@ def _notice_query(bid_id: str, option: PricedCandidate, request_id: str) -> str:
         ("bp", str(option.price_cpm_micros)),
     )
     # The macro must reach the exchange verbatim, so it is appended unescaped.
-    encoded = "&".join(f"{key}={quote(value, safe='')}" for key, value in params)
+    encoded = "&".join(f"{key}={_escape(value)}" for key, value in params)
     return encoded + "&price=${AUCTION_PRICE}"
+
+
+def _escape(value: str) -> str:
+    # Most ids are already URL-safe; quote() is the slow path only for the rest.
+    return value if _URL_SAFE.fullmatch(value) else quote(value, safe="")

@@ -16,7 +16,7 @@ class EligibilityStage:
         self._book = book
         self._policy = policy
 
-    async def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
         result = select(ctx.request, self._book.index, self._policy)
         if isinstance(result, NoBid):
             return result
@@ -27,7 +27,7 @@ class EligibilityStage:
 class PriceStage:
     """Stage 8 (base-bid pricing until the scoring issue lands)."""
 
-    async def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
         for candidate in ctx.candidates:
             price = base_price(candidate)
             if price is not None:

@@ -5,8 +5,9 @@ driven by the same client (bidder.replay's lean HTTP/1.1 pool), in the same run:
 
 1. saturation: closed loop, ``--connections`` requests in flight, for ``--duration``
    seconds; throughput = answers per second after a warm-up second;
-2. latency: open loop at half of the echo app's saturation rate, p99 corrected
-   for coordinated omission (from each request's intended send time).
+2. latency: open loop at fixed rates (``--rates``) and at half of the echo app's
+   saturation rate, p99 corrected for coordinated omission (from each request's
+   intended send time).
 
 Each measurement is repeated ``--rounds`` times, alternating the two servers, and
 the medians are compared. Workloads: ``banner`` is the OpenRTB 2.6 spec's simple
@@ -82,7 +83,8 @@ async def open_loop(
     options = ReplayOptions(rate=rate, duration_s=duration_s + 1.0, warmup_s=1.0, notices=False)
     result = await replay(records, f"http://127.0.0.1:{port}{BID_PATH}", options)
     figures = latency_ms(result.corrected)
-    return {"p99_ms": figures["p99"], "late_sends": result.late_sends, "answers": result.samples}
+    sent = result.samples + result.warmup_requests
+    return {"p99_ms": figures["p99"], "late_share": result.late_sends / max(sent, 1)}
 
 
 @contextlib.asynccontextmanager
@@ -114,7 +116,6 @@ async def measure(args: argparse.Namespace, settings: Settings) -> dict[str, Any
     records = workload(args.workload)
     bodies = [r.body for r in records]
     sat: dict[str, list[float]] = {"echo": [], "bidder": []}
-    p99: dict[str, list[float]] = {"echo": [], "bidder": []}
     async with echo_server() as echo_port, running_bidder(settings):
         ports = {"echo": echo_port, "bidder": settings.port}
         await check_full_path(settings.port, records)
@@ -122,31 +123,57 @@ async def measure(args: argparse.Namespace, settings: Settings) -> dict[str, Any
             for name, port in ports.items():
                 sat[name].append(await saturate(port, bodies, args.duration, args.connections))
         half = statistics.median(sat["echo"]) / 2
-        for _ in range(args.rounds):
-            for name, port in ports.items():
-                p99[name].append((await open_loop(port, records, half, args.duration))["p99_ms"])
+        rates = {**{f"{r:g}": r for r in args.rates}, "half_echo_saturation": half}
+        p99 = {label: await p99_at(args, ports, records, rate) for label, rate in rates.items()}
     return summarize(args, sat, p99, half)
 
 
+async def p99_at(
+    args: argparse.Namespace, ports: dict[str, int], records: list[StreamRecord], rate: float
+) -> dict[str, dict[str, list[float]]]:
+    """Per server, corrected p99 (ms) and late-send share at one rate, one value per round.
+
+    A large late-send share means the load generator itself could not keep the
+    schedule: the machine, not the server under test, is the limit at that rate.
+    """
+    out: dict[str, dict[str, list[float]]] = {n: {"p99_ms": [], "late_share": []} for n in ports}
+    for _ in range(args.rounds):
+        for name, port in ports.items():
+            figures = await open_loop(port, records, rate, args.duration)
+            for key in ("p99_ms", "late_share"):
+                out[name][key].append(figures[key])
+    return out
+
+
 def summarize(
-    args: argparse.Namespace, sat: dict[str, list[float]], p99: dict[str, list[float]], half: float
+    args: argparse.Namespace,
+    sat: dict[str, list[float]],
+    runs: dict[str, dict[str, dict[str, list[float]]]],
+    half: float,
 ) -> dict[str, Any]:
     med = {f"{k}_rps": round(statistics.median(v)) for k, v in sat.items()}
-    lat = {f"{k}_p99_ms": round(statistics.median(v), 3) for k, v in p99.items()}
+    p99 = {rate: {n: _median(f["p99_ms"]) for n, f in by.items()} for rate, by in runs.items()}
+    late = {rate: {n: _median(f["late_share"]) for n, f in by.items()} for rate, by in runs.items()}
+    half_p99 = p99["half_echo_saturation"]
     return {
         "benchmark": "bench_http",
         "workload": args.workload,
         "throughput_ratio": round(med["bidder_rps"] / med["echo_rps"], 3),
-        "p99_ratio": round(lat["bidder_p99_ms"] / lat["echo_p99_ms"], 3),
+        "p99_ratio": round(half_p99["bidder"] / half_p99["echo"], 3),
         **med,
-        **lat,
         "half_rate_rps": round(half),
+        "p99_ms_by_rate": p99,
+        "p99_ratio_by_rate": {k: round(v["bidder"] / v["echo"], 3) for k, v in p99.items()},
+        "late_send_share_by_rate": late,
         "rounds": args.rounds,
         "duration_s": args.duration,
         "connections": args.connections,
         "saturation_rounds_rps": {k: [round(x) for x in v] for k, v in sat.items()},
-        "p99_rounds_ms": {k: [round(x, 3) for x in v] for k, v in p99.items()},
     }
+
+
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 4)
 
 
 def main() -> None:
@@ -155,6 +182,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=32, help="closed-loop concurrency")
+    parser.add_argument(
+        "--rates", type=float, nargs="*", default=[1000.0, 4000.0], help="fixed open-loop rates"
+    )
     args = parser.parse_args()
     with LocalStack() as stack:
         settings = Settings(

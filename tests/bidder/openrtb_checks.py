@@ -55,10 +55,9 @@ def _bid_problems(bid: dict[str, Any], imps: dict[str, dict[str, Any]]) -> list[
     imp = imps.get(bid.get("impid"))
     if imp is None:
         return [*problems, f"{where}: impid {bid.get('impid')!r} is not in the request"]
-    if not isinstance(bid.get("price"), int | float) or bid["price"] < imp.get("bidfloor", 0):
-        problems.append(
-            f"{where}: price {bid.get('price')} is below the floor {imp.get('bidfloor', 0)}"
-        )
+    floor = imp.get("bidfloor") or 0  # absent and JSON null both mean no floor
+    if not isinstance(bid.get("price"), int | float) or bid["price"] < floor:
+        problems.append(f"{where}: price {bid.get('price')} is below the floor {floor}")
     if "adm" not in bid and "nurl" not in bid:
         problems.append(f"{where}: neither adm nor nurl")
     if "${AUCTION_PRICE}" not in bid.get("burl", ""):

@@ -1,0 +1,105 @@
+"""``bidsim`` from a user's seat: clear one-line errors, reproducible output, the main job."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bidder.cli import main
+from tests.bidder.conftest import CAMPAIGNS
+
+BIDSIM = Path(sys.executable).parent / "bidsim"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().err
+
+
+def test_a_valid_campaign_file_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["campaigns", "check", str(CAMPAIGNS)]) == 0
+    assert "all valid" in capsys.readouterr().out
+
+
+def test_a_bad_campaign_file_names_the_campaign_and_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = orjson.loads(CAMPAIGNS.read_bytes())
+    doc["campaigns"][0]["daily_budget_micros"] = -5
+    bad = tmp_path / "campaigns.json"
+    bad.write_bytes(orjson.dumps(doc))
+    code, err = _run(capsys, "campaigns", "check", str(bad))
+    first_id = doc["campaigns"][0]["id"]
+    assert code == 2
+    assert first_id in err and "daily_budget_micros" in err
+    assert "Traceback" not in err
+
+
+def test_a_missing_campaign_file_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, err = _run(capsys, "campaigns", "check", str(tmp_path / "nope.json"))
+    assert code == 2 and "nope.json" in err and "Traceback" not in err
+
+
+def test_invalid_serve_options_are_all_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _run(capsys, "serve", "--workers", "0", "--deadline-ms", "0")
+    assert code == 2 and "--workers" in err and "--deadline-ms" in err
+
+
+def test_replaying_a_missing_stream_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, err = _run(
+        capsys, "replay", str(tmp_path / "none.jsonl.gz"), "--target", "http://127.0.0.1:9"
+    )
+    assert code == 2 and "none.jsonl.gz" in err and "Traceback" not in err
+
+
+def test_replaying_a_corrupt_stream_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    stream = tmp_path / "bad.jsonl"
+    stream.write_text('{"t_ms": 0, "ssp": "a", "request": {}}\n{"t_ms": "soon"}\n')
+    code, err = _run(capsys, "replay", str(stream), "--target", "http://127.0.0.1:9")
+    assert code == 2 and "bad.jsonl:2" in err and "t_ms" in err
+
+
+def test_gen_with_the_same_seed_writes_the_same_bytes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for name in ("a.jsonl.gz", "b.jsonl.gz"):
+        assert main(["gen", "--out", str(tmp_path / name), "--requests", "300", "--seed", "7"]) == 0
+    assert (tmp_path / "a.jsonl.gz").read_bytes() == (tmp_path / "b.jsonl.gz").read_bytes()
+
+
+def test_gen_refuses_a_non_positive_count(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, err = _run(capsys, "gen", "--out", str(tmp_path / "x.jsonl"), "--requests", "0")
+    assert code == 2 and "--requests" in err
+
+
+def test_the_main_job_replays_a_stream_through_the_full_stack(tmp_path: Path) -> None:
+    stream, report = tmp_path / "s.jsonl.gz", tmp_path / "report.json"
+    assert (
+        main(["gen", "--out", str(stream), "--requests", "600", "--seed", "3", "--rate", "300"])
+        == 0
+    )
+    done = subprocess.run(
+        [str(BIDSIM), "replay", str(stream), "--json", str(report), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    result = orjson.loads(report.read_bytes())
+    assert result["requests"] == 600
+    assert result["status"].get("5xx", 0) == 0
+    assert result["status"]["200"] > 0 and result["status"]["204"] > 0
+    assert result["auction"]["wins"] > 0
+    assert "p99" in done.stdout

@@ -1,0 +1,212 @@
+"""bidder.response: one bid per imp, its fields and its notice URLs."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bidder.campaigns import load_campaign_file
+from bidder.eligibility import Candidate
+from bidder.notices import parse_notice
+from bidder.openrtb import BidRequest, Imp, parse_bid_request
+from bidder.pipeline import Context, PricedCandidate
+from bidder.response import build_response
+from tests.bidder.conftest import CAMPAIGNS as CAMPAIGNS_PATH
+
+CAMPAIGNS = {campaign.id: campaign for campaign in load_campaign_file(CAMPAIGNS_PATH)}
+BASE = "https://bidder.example"
+MACRO = "${AUCTION_PRICE}"
+
+# (campaign, creative) of each format among the bundled campaigns.
+BANNER = ("brightleaf-remnant-mrec", "bl-mrec-quote")
+VIDEO = ("northwind-ctv-us-ca", "nw-spot-30-hd")
+AUDIO = ("evergreen-audio-us", "er-audio-30")
+NATIVE = ("larder-native-recipes", "ld-native-weeknight")
+NURL_SERVED = ("lumen-outstream-eu", "lt-outstream-15-mp4")
+WITH_ATTR = ("pixelforge-app-install", "pf-320x480-interstitial")
+
+
+def _request(*imp_ids: str, request_id: str = "r1") -> BidRequest:
+    imps = [{"id": imp_id, "banner": {"w": 300, "h": 250}} for imp_id in imp_ids or ("1",)]
+    return parse_bid_request(orjson.dumps({"id": request_id, "imp": imps}))
+
+
+def _option(imp: Imp, ids: tuple[str, str] = BANNER, price: int = 1_000_000) -> PricedCandidate:
+    campaign = CAMPAIGNS[ids[0]]
+    creative = next(c for c in campaign.creatives if c.id == ids[1])
+    return PricedCandidate(Candidate(imp, campaign, creative), price)
+
+
+def _response(request: BidRequest, *priced: PricedCandidate) -> dict[str, Any]:
+    ctx = Context(request=request, ssp="ssp-1", received=0.0, priced=list(priced))
+    response: dict[str, Any] = orjson.loads(build_response(ctx, "bidsim-seat", BASE))
+    return response
+
+
+def _bids(request: BidRequest, *priced: PricedCandidate) -> list[dict[str, Any]]:
+    bids: list[dict[str, Any]] = _response(request, *priced)["seatbid"][0]["bid"]
+    return bids
+
+
+def _one_bid(ids: tuple[str, str] = BANNER, price: int = 1_000_000) -> dict[str, Any]:
+    request = _request()
+    [bid] = _bids(request, _option(request.imps[0], ids, price))
+    return bid
+
+
+def _query(url: str) -> dict[str, str]:
+    return dict(parse_qsl(urlsplit(url).query, strict_parsing=True))
+
+
+# ------------------------------------------------------------------------ the auction
+
+
+def test_response_echoes_the_request_id_in_usd_for_our_seat() -> None:
+    request = _request(request_id="req-42")
+    response = _response(request, _option(request.imps[0]))
+    assert (response["id"], response["cur"], response["seatbid"][0]["seat"]) == (
+        "req-42",
+        "USD",
+        "bidsim-seat",
+    )
+
+
+def test_one_bid_per_imp() -> None:
+    request = _request("a", "b")
+    a, b = request.imps
+    priced = [_option(imp, ids) for imp in (a, b) for ids in (BANNER, VIDEO, NATIVE)]
+    assert sorted(bid["impid"] for bid in _bids(request, *priced)) == ["a", "b"]
+
+
+def test_imp_without_a_priced_candidate_gets_no_bid() -> None:
+    request = _request("a", "b")
+    assert [bid["impid"] for bid in _bids(request, _option(request.imps[1]))] == ["b"]
+
+
+def test_highest_price_wins() -> None:
+    request = _request()
+    imp = request.imps[0]
+    prices = {BANNER: 500_000, VIDEO: 900_000, AUDIO: 700_000}
+    priced = [_option(imp, ids, price) for ids, price in prices.items()]
+    assert [bid["cid"] for bid in _bids(request, *priced)] == [VIDEO[0]]
+
+
+@pytest.mark.parametrize("lower_first", [True, False])
+def test_price_tie_goes_to_the_lower_campaign_id(lower_first: bool) -> None:
+    request = _request()
+    imp = request.imps[0]
+    lower, higher = _option(imp, BANNER), _option(imp, VIDEO)  # 'brightleaf' < 'northwind'
+    priced = [lower, higher] if lower_first else [higher, lower]
+    assert [bid["cid"] for bid in _bids(request, *priced)] == [BANNER[0]]
+
+
+def test_bids_follow_the_request_imp_order() -> None:
+    request = _request("first", "second", "third")
+    first, second, third = request.imps
+    priced = [_option(third), _option(first), _option(second)]
+    assert [bid["impid"] for bid in _bids(request, *priced)] == ["first", "second", "third"]
+
+
+def test_bid_ids_are_unique_within_the_response() -> None:
+    request = _request(*(str(n) for n in range(10)))
+    bid_ids = [bid["id"] for bid in _bids(request, *(_option(imp) for imp in request.imps))]
+    assert len(set(bid_ids)) == 10
+
+
+# ------------------------------------------------------------------------ bid fields
+
+
+def test_price_is_the_micros_as_a_cpm_float() -> None:
+    assert _one_bid(price=1_234_567)["price"] == 1.234567
+
+
+@given(micros=st.integers(1, 1_000_000_000))
+def test_price_float_turns_back_into_the_same_micros(micros: int) -> None:
+    assert round(_one_bid(price=micros)["price"] * 1_000_000) == micros
+
+
+def test_bid_names_its_campaign_and_creative() -> None:
+    bid = _one_bid(NATIVE)
+    assert (bid["cid"], bid["crid"]) == NATIVE
+
+
+def test_adm_is_the_markup_of_an_adm_served_creative() -> None:
+    creative = next(c for c in CAMPAIGNS[BANNER[0]].creatives if c.id == BANNER[1])
+    assert _one_bid(BANNER)["adm"] == creative.markup
+
+
+def test_nurl_served_creative_has_no_adm() -> None:
+    assert "adm" not in _one_bid(NURL_SERVED)
+
+
+@pytest.mark.parametrize(
+    ("ids", "mtype"), [(BANNER, 1), (VIDEO, 2), (AUDIO, 3), (NATIVE, 4)], ids=str
+)
+def test_mtype_follows_the_creative_format(ids: tuple[str, str], mtype: int) -> None:
+    assert _one_bid(ids)["mtype"] == mtype
+
+
+@pytest.mark.parametrize(("ids", "size"), [(BANNER, (300, 250)), (VIDEO, (1920, 1080))], ids=str)
+def test_w_and_h_come_from_the_creative(ids: tuple[str, str], size: tuple[int, int]) -> None:
+    bid = _one_bid(ids)
+    assert (bid["w"], bid["h"]) == size
+
+
+@pytest.mark.parametrize("ids", [NATIVE, AUDIO], ids=str)
+def test_creative_without_a_size_gives_no_w_or_h(ids: tuple[str, str]) -> None:
+    assert {"w", "h"} & set(_one_bid(ids)) == set()
+
+
+def test_bid_carries_the_creative_adomain_and_cat() -> None:
+    bid = _one_bid(BANNER)
+    assert (bid["adomain"], bid["cat"]) == (["brightleaf-insurance.example"], ["IAB13-7"])
+
+
+def test_bid_carries_attr_only_when_the_creative_has_some() -> None:
+    assert (_one_bid(WITH_ATTR).get("attr"), _one_bid(BANNER).get("attr")) == ([13], None)
+
+
+# ---------------------------------------------------------------------- notice URLs
+
+
+@pytest.mark.parametrize(("key", "path"), [("nurl", "/notice/win"), ("burl", "/notice/bill")])
+def test_notice_url_points_at_its_endpoint(key: str, path: str) -> None:
+    assert _one_bid()[key].startswith(f"{BASE}{path}?")
+
+
+@pytest.mark.parametrize("key", ["nurl", "burl"])
+def test_notice_url_carries_the_auction_price_macro_unescaped(key: str) -> None:
+    assert _one_bid()[key].endswith(f"&price={MACRO}")
+
+
+def test_notice_url_parameters_are_escaped() -> None:
+    request = _request("imp 1&x=2", request_id="r&id=1 ü#?/")
+    [bid] = _bids(request, _option(request.imps[0]))
+    query = urlsplit(bid["nurl"]).query.removesuffix(f"&price={MACRO}")
+    assert all(char not in query for char in " ü#?/")
+
+
+@given(request_id=st.text(min_size=1, max_size=20), imp_id=st.text(min_size=1, max_size=20))
+def test_notice_url_parameters_round_trip_through_parse_qsl(request_id: str, imp_id: str) -> None:
+    request = _request(imp_id, request_id=request_id)
+    [bid] = _bids(request, _option(request.imps[0], BANNER, 1_234_567))
+    expected = {"req": request_id, "bid": bid["id"], "imp": imp_id, "cid": BANNER[0]}
+    expected |= {"crid": BANNER[1], "bp": "1234567", "price": MACRO}
+    assert (_query(bid["nurl"]), _query(bid["burl"])) == (expected, expected)
+
+
+@given(micros=st.integers(1, 1_000_000_000))
+def test_notice_url_parses_back_to_its_bid_once_the_exchange_fills_the_price(micros: int) -> None:
+    bid = _one_bid(price=micros)
+    url = bid["burl"].replace(MACRO, repr(bid["price"]))
+    notice = parse_notice(_query(url))
+    assert (notice.bid_id, notice.bid_price_cpm_micros, notice.clearing_price_cpm_micros) == (
+        bid["id"],
+        micros,
+        micros,
+    )
