@@ -68,7 +68,6 @@ class BidHandler:
     async def handle(self, request: web.Request) -> web.Response:
         clock = self._state.clock
         received = clock.monotonic()
-        metrics.REQUESTS.inc()
         outcome = await self._decide_in_time(request, received)
         metrics.LATENCY.observe(clock.monotonic() - received)
         if isinstance(outcome, NoBid):

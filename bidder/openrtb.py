@@ -117,19 +117,27 @@ def parse_bid_request(body: bytes) -> BidRequest:
 
 
 def _request(doc: dict[str, Any]) -> BidRequest:
+    get = doc.get
     req_id = _req_str(doc, "id", "request")
-    imps = _imps(doc.get("imp"))
-    site, app, dooh = _obj(doc, "site"), _obj(doc, "app"), _obj(doc, "dooh")
+    imps = _imps(get("imp"))
+    site, app, dooh = get("site"), get("app"), get("dooh")
+    device, user, regs, source = get("device"), get("user"), get("regs"), get("source")
+    # Checked inline, without a call per field: this runs for every request.
+    if not (
+        type(site) in _OBJECT and type(app) in _OBJECT and type(dooh) in _OBJECT
+        and type(device) in _OBJECT and type(user) in _OBJECT
+        and type(regs) in _OBJECT and type(source) in _OBJECT
+    ):  # fmt: skip
+        _reject_non_objects(doc, _SECTIONS)
     if site is not None and app is not None:
         raise InvalidRequest("request has both site and app")
-    device, user = _obj(doc, "device") or {}, _obj(doc, "user") or {}
-    regs, source = _obj(doc, "regs") or {}, _obj(doc, "source") or {}
-    regs_ext, user_ext = _obj(regs, "ext") or {}, _obj(user, "ext") or {}
-    tmax = _int(doc, "tmax")
+    tmax, at = _int(doc, "tmax"), _int(doc, "at")
     if tmax is not None and tmax <= 0:
         raise InvalidRequest("tmax must be positive")
-    at = _int(doc, "at")
-    gdpr_26 = regs.get("gdpr")
+    user = user or _EMPTY
+    country, devicetype, ip, ua, ifa, user_id, buyeruid, eids = _device(device or _EMPTY, user)
+    bcat, badv, bapp = _blocklists(doc)
+    gdpr, consent, coppa, us_privacy, gpp = _privacy(regs or _EMPTY, user)
     return BidRequest(
         id=req_id,
         imps=imps,
@@ -141,24 +149,88 @@ def _request(doc: dict[str, Any]) -> BidRequest:
         domain=_domain(site),
         bundle=_lower(_str(app, "bundle")) if app is not None else None,
         publisher_id=_publisher_id(site if site is not None else app),
-        country=_country(device, user),
-        devicetype=_int(device, "devicetype"),
-        ip=_str(device, "ip") or _str(device, "ipv6"),
-        ua=_str(device, "ua"),
-        ifa=_str(device, "ifa") or None,
-        user_id=_str(user, "id") or None,
-        buyeruid=_str(user, "buyeruid") or None,
-        eids=tuple(_obj_list(user, "eids") or _obj_list(user_ext, "eids")),
-        bcat=frozenset(_str_list(doc, "bcat")),
-        badv=frozenset(d.lower() for d in _str_list(doc, "badv")),
-        bapp=frozenset(_str_list(doc, "bapp")),
-        gdpr=_gdpr(gdpr_26 if gdpr_26 is not None else regs_ext.get("gdpr")),
-        consent=_str(user, "consent") or _str(user_ext, "consent"),
-        coppa=_flag(regs, "coppa"),
-        us_privacy=_str(regs, "us_privacy") or _str(regs_ext, "us_privacy"),
-        gpp=_str(regs, "gpp") or _str(regs_ext, "gpp"),
-        schain=_obj(source, "schain") or _obj(_obj(source, "ext") or {}, "schain"),
+        country=country,
+        devicetype=devicetype,
+        ip=ip,
+        ua=ua,
+        ifa=ifa,
+        user_id=user_id,
+        buyeruid=buyeruid,
+        eids=eids,
+        bcat=bcat,
+        badv=badv,
+        bapp=bapp,
+        gdpr=gdpr,
+        consent=consent,
+        coppa=coppa,
+        us_privacy=us_privacy,
+        gpp=gpp,
+        schain=_schain(source) if source else None,
     )
+
+
+_SECTIONS = ("site", "app", "dooh", "device", "user", "regs", "source")
+
+
+def _reject_non_objects(doc: dict[str, Any], keys: tuple[str, ...]) -> None:
+    for key in keys:
+        _obj(doc, key)
+
+
+def _device(device: dict[str, Any], user: dict[str, Any]) -> tuple[Any, ...]:
+    """country, devicetype, ip, ua, ifa, user_id, buyeruid, eids."""
+    if not device and not user:
+        return _NO_DEVICE
+    user_ext = _obj(user, "ext") or _EMPTY
+    return (
+        _country(device, user),
+        _int(device, "devicetype"),
+        _str(device, "ip") or _str(device, "ipv6"),
+        _str(device, "ua"),
+        _str(device, "ifa") or None,
+        _str(user, "id") or None,
+        _str(user, "buyeruid") or None,
+        tuple(_obj_list(user, "eids") or _obj_list(user_ext, "eids")),
+    )
+
+
+_NO_DEVICE = (None, None, None, None, None, None, None, ())
+
+
+def _blocklists(doc: dict[str, Any]) -> tuple[frozenset[str], ...]:
+    """bcat, badv (lower case), bapp."""
+    if "bcat" not in doc and "badv" not in doc and "bapp" not in doc:
+        return _NO_BLOCKLISTS
+    return (
+        frozenset(_str_list(doc, "bcat")),
+        frozenset(d.lower() for d in _str_list(doc, "badv")),
+        frozenset(_str_list(doc, "bapp")),
+    )
+
+
+_NO_BLOCKLISTS: tuple[frozenset[str], ...] = (frozenset(), frozenset(), frozenset())
+
+
+def _privacy(regs: dict[str, Any], user: dict[str, Any]) -> tuple[Any, ...]:
+    """gdpr, consent, coppa, us_privacy, gpp; the 2.6 location wins over 2.5's ext."""
+    if not regs and "consent" not in user and "ext" not in user:
+        return _NO_PRIVACY
+    regs_ext, user_ext = _obj(regs, "ext") or _EMPTY, _obj(user, "ext") or _EMPTY
+    gdpr = regs.get("gdpr")
+    return (
+        _gdpr(gdpr if gdpr is not None else regs_ext.get("gdpr")),
+        _str(user, "consent") or _str(user_ext, "consent"),
+        _flag(regs, "coppa"),
+        _str(regs, "us_privacy") or _str(regs_ext, "us_privacy"),
+        _str(regs, "gpp") or _str(regs_ext, "gpp"),
+    )
+
+
+_NO_PRIVACY = (None, None, False, None, None)
+
+
+def _schain(source: dict[str, Any]) -> dict[str, Any] | None:
+    return _obj(source, "schain") or _obj(_obj(source, "ext") or _EMPTY, "schain")
 
 
 def _imps(value: Any) -> tuple[Imp, ...]:
@@ -319,6 +391,9 @@ def _lower(value: str | None) -> str | None:
 
 # Typed field readers: absent (or JSON null) is None; a present value of the wrong type
 # is an InvalidRequest naming the field.
+
+_EMPTY: dict[str, Any] = {}
+_OBJECT = frozenset({dict, type(None)})
 
 
 def _obj(doc: dict[str, Any], key: str) -> dict[str, Any] | None:

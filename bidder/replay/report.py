@@ -165,15 +165,16 @@ def _summary(result: ReplayResult) -> str:
 
 
 def _statuses(result: ReplayResult, top_reasons: int) -> str:
-    lines = ["status          count     share"]
+    # The name column fits the longest no-bid reason label (unverified_supply).
+    lines = [f"{'status':<20}{'count':>7}  {'share':>8}"]
     for name, count in status_classes(result.status).items():
-        lines.append(f"  {name:<12}{count:>7,}  {_share(count, result.requests):>8}")
+        lines.append(f"  {name:<18}{count:>7,}  {_share(count, result.requests):>8}")
     for name, count in (("timeout", result.timeouts), ("transport err", result.transport_errors)):
-        lines.append(f"  {name:<12}{count:>7,}  {_share(count, result.requests):>8}")
+        lines.append(f"  {name:<18}{count:>7,}  {_share(count, result.requests):>8}")
     no_bids = sum(result.nbr_reasons.values())
-    lines.append("no-bid reason   count     share of 204s")
+    lines.append(f"{'no-bid reason':<20}{'count':>7}  {'share of 204s':>8}")
     for reason, count in result.nbr_reasons.most_common(top_reasons):
-        lines.append(f"  {reason:<12}{count:>7,}  {_share(count, no_bids):>8}")
+        lines.append(f"  {reason:<18}{count:>7,}  {_share(count, no_bids):>8}")
     return "\n".join(lines)
 
 
