@@ -25,14 +25,15 @@ CASES = sorted(CASES_DIR.glob("*.json"))
 _NAME = re.compile(r"[0-9]{3}_[a-z0-9-]+\.json")
 
 # Every no-bid reason the pipeline can give today for a request the bundled campaigns
-# can see. Two eligibility reasons are missing on purpose, because no request can get
-# them from these campaigns: 'channel' (sakura-mobile-growth targets every channel and
-# fails at geo or later, which outranks channel) and 'blocked_site' (brightleaf on sites
-# and larder/evergreen on US apps reach the format check, which outranks it).
+# can see ('channel' and 'blocked_site' are reachable because sakura-mobile-growth
+# targets site and app only and brightleaf-remnant-mrec blocks two domains). Reasons of
+# stages that have not landed, and overload/internal errors, are tested elsewhere.
 REACHABLE_REASONS = frozenset(
     {
         NoBid.INVALID,
         NoBid.TEST_REQUEST,
+        NoBid.CHANNEL,
+        NoBid.BLOCKED_SITE,
         NoBid.CURRENCY,
         NoBid.GEO,
         NoBid.DEVICE,
