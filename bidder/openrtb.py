@@ -441,29 +441,25 @@ def _flag(doc: dict[str, Any], key: str) -> bool:
 
 
 def _str_list(doc: dict[str, Any], key: str) -> list[str]:
-    value = doc.get(key)
-    if value is None:
-        return []
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return value
-    raise InvalidRequest(f"{key} must be an array of strings")
+    return _list_of(doc, key, str)
 
 
 def _int_list(doc: dict[str, Any], key: str) -> list[int]:
-    value = doc.get(key)
-    if value is None:
-        return []
-    if isinstance(value, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
-        return value
-    raise InvalidRequest(f"{key} must be an array of integers")
+    return _list_of(doc, key, int)
 
 
 def _obj_list(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    return _list_of(doc, key, dict)
+
+
+def _list_of(doc: dict[str, Any], key: str, kind: type) -> list[Any]:
     value = doc.get(key)
     if value is None:
         return []
-    if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+    # type() rather than isinstance(): a JSON true must not pass as the integer 1.
+    if type(value) is list and all(type(v) is kind for v in value):
         return value
-    raise InvalidRequest(f"{key} must be an array of objects")
+    raise InvalidRequest(f"{key} must be an array of {_PLURALS[kind]}")
+
+
+_PLURALS = {str: "strings", int: "integers", dict: "objects"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -65,3 +66,13 @@ def _bid_problems(bid: dict[str, Any], imps: dict[str, dict[str, Any]]) -> list[
     if not bid.get("adomain"):
         problems.append(f"{where}: no adomain")
     return problems
+
+
+def with_replaced(doc: dict[str, Any], path: tuple[str | int, ...], value: Any) -> Any:
+    """A deep copy of ``doc`` with the value at ``path`` replaced (for mutation tests)."""
+    copy = json.loads(json.dumps(doc))
+    parent = copy
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    return copy

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tests.bidder.conftest import EXTERNAL
 from tests.bidder.live import LiveBidder
-from tests.bidder.openrtb_checks import answer_problems
+from tests.bidder.openrtb_checks import answer_problems, with_replaced
 
 SIMPLE_BANNER = orjson.loads(
     (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()
@@ -58,15 +58,6 @@ PATHS = [
 ]
 
 
-def _replaced(doc: dict[str, Any], path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
-    copy = json.loads(json.dumps(doc))
-    parent = copy
-    for key in path[:-1]:
-        parent = parent[key]
-    parent[path[-1]] = value
-    return copy
-
-
 @FUZZ
 @given(body=st.binary(max_size=512))
 def test_junk_bytes_are_invalid(live_bidder: LiveBidder, body: bytes) -> None:
@@ -86,6 +77,6 @@ def test_json_that_is_not_a_request_is_invalid(live_bidder: LiveBidder, value: A
 def test_a_mutated_request_gets_a_well_formed_answer(
     live_bidder: LiveBidder, path: tuple[str | int, ...], value: Any
 ) -> None:
-    request = _replaced(SIMPLE_BANNER, path, value)
+    request = with_replaced(SIMPLE_BANNER, path, value)
     answer = live_bidder.post(json.dumps(request).encode())
     assert answer_problems(request, answer.status, answer.headers, answer.body) == []

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bidder.openrtb import MAX_IMPS, BidRequest, Imp, InvalidRequest, parse_bid_request
+from tests.bidder.openrtb_checks import with_replaced
 
 
 def _imp(**fields: Any) -> dict[str, Any]:
@@ -350,15 +351,6 @@ FULL_REQUEST: dict[str, Any] = {
 }
 
 
-def _replaced(doc: dict[str, Any], path: tuple[str | int, ...], value: Any) -> Any:
-    copy = json.loads(json.dumps(doc))
-    parent = copy
-    for key in path[:-1]:
-        parent = parent[key]
-    parent[path[-1]] = value
-    return copy
-
-
 def _parses_or_is_invalid(body: bytes) -> None:
     with contextlib.suppress(InvalidRequest):
         parse_bid_request(body)
@@ -388,7 +380,7 @@ def test_json_that_is_not_an_object_is_invalid(value: Any) -> None:
 def test_a_request_with_any_field_replaced_raises_only_invalid_request(
     path: tuple[str | int, ...], value: Any
 ) -> None:
-    _parses_or_is_invalid(json.dumps(_replaced(FULL_REQUEST, path, value)).encode())
+    _parses_or_is_invalid(json.dumps(with_replaced(FULL_REQUEST, path, value)).encode())
 
 
 # A strategy of valid requests: random values for the fields the parser reads.
