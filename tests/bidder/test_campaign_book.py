@@ -1,0 +1,102 @@
+"""CampaignBook: the worker's campaigns, refreshed from the real (moto) store."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from bidder.aws import aws_client
+from bidder.campaign_book import CampaignBook
+from bidder.campaign_store import CampaignTable, StoreError
+from bidder.campaigns import campaign_to_doc, load_campaign_file
+from tests.bidder.conftest import CAMPAIGNS
+
+DOCS = [campaign_to_doc(c) for c in load_campaign_file(CAMPAIGNS)]
+ACTIVE = sum(1 for doc in DOCS if doc.get("status", "active") == "active")
+
+
+@pytest.fixture
+def table(aws_endpoint: str) -> Iterator[CampaignTable]:
+    client = aws_client("dynamodb", aws_endpoint)
+    table = CampaignTable(client, f"book-{uuid.uuid4().hex[:12]}")
+    table.ensure_table()
+    table.replace_all(DOCS)
+    yield table
+    client.close()
+
+
+def _refresh_errors() -> float:
+    value = REGISTRY.get_sample_value("bidsim_campaign_refreshes_total", {"outcome": "error"})
+    return value or 0.0
+
+
+def _paused(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "status": "paused"}
+
+
+@pytest.mark.asyncio
+async def test_the_first_refresh_loads_the_active_campaigns(table: CampaignTable) -> None:
+    book = CampaignBook(table)
+    assert await book.refresh() is True
+    assert len(book.index) == ACTIVE
+
+
+@pytest.mark.asyncio
+async def test_an_unchanged_store_keeps_the_same_index(table: CampaignTable) -> None:
+    book = CampaignBook(table)
+    await book.refresh()
+    index = book.index
+    assert await book.refresh() is False
+    assert book.index is index
+
+
+@pytest.mark.asyncio
+async def test_a_change_in_the_store_reaches_the_index(table: CampaignTable) -> None:
+    book = CampaignBook(table)
+    await book.refresh()
+    first_active = next(doc for doc in DOCS if doc.get("status", "active") == "active")
+    table.replace_all([_paused(d) if d is first_active else d for d in DOCS])
+    assert await book.refresh() is True
+    assert len(book.index) == ACTIVE - 1
+    assert first_active["id"] not in {c.id for c in book.index.campaigns}
+
+
+@pytest.mark.asyncio
+async def test_a_failed_refresh_raises_and_keeps_the_last_good_index(
+    table: CampaignTable, aws_endpoint: str
+) -> None:
+    book = CampaignBook(table)
+    await book.refresh()
+    index = book.index
+    aws_client("dynamodb", aws_endpoint).delete_table(TableName=table.table_name)
+    with pytest.raises(StoreError):
+        await book.refresh()
+    assert book.index is index
+
+
+@pytest.mark.asyncio
+async def test_keep_fresh_counts_errors_and_keeps_serving(
+    table: CampaignTable, aws_endpoint: str
+) -> None:
+    book = CampaignBook(table)
+    await book.refresh()
+    index = book.index
+    aws_client("dynamodb", aws_endpoint).delete_table(TableName=table.table_name)
+    before = _refresh_errors()
+    refresher = asyncio.create_task(book.keep_fresh(interval_s=0.01))
+    try:
+        async with asyncio.timeout(10):
+            # Two failed rounds show the loop goes on. A counter has no event to wait on.
+            while _refresh_errors() < before + 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    finally:
+        refresher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await refresher
+    assert book.index is index
