@@ -13,12 +13,14 @@ import enum
 
 
 class NoBid(enum.Enum):
-    """Why a request got no bid. The value is the wire label (header, metric)."""
+    """Why a request got no bid. The value is the wire label (header, metric).
+
+    Only reasons some code path gives today: each later stage (rate limit, supply
+    chain, consent, pacing, capping, overload shedding) adds its own with the stage.
+    """
 
     # Stage 1: parse + shape check.
     INVALID = "invalid"
-    # Stage 2: partner protection.
-    THROTTLED = "throttled"
     # Stage 3: eligibility.
     TEST_REQUEST = "test_request"
     CURRENCY = "currency"
@@ -31,15 +33,8 @@ class NoBid(enum.Enum):
     BLOCKED_SITE = "blocked_site"
     FLOOR = "floor"
     PRIVATE_AUCTION = "private_auction"
-    # Stage 4: supply chain and consent.
-    UNVERIFIED_SUPPLY = "unverified_supply"
-    NO_CONSENT = "no_consent"
-    # Stages 5-8.
-    NO_BUDGET = "no_budget"
-    FREQUENCY_CAPPED = "frequency_capped"
     # Anything late or broken.
     DEADLINE = "deadline"
-    OVERLOADED = "overloaded"
     INTERNAL_ERROR = "internal_error"
 
     @property
@@ -55,6 +50,5 @@ _NBR_CODES: dict[NoBid, int] = {
     NoBid.DEVICE: 6,
     NoBid.BLOCKED_SITE: 7,
     NoBid.DEADLINE: 1,
-    NoBid.OVERLOADED: 1,
     NoBid.INTERNAL_ERROR: 1,
 }

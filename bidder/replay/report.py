@@ -165,7 +165,7 @@ def _summary(result: ReplayResult) -> str:
 
 
 def _statuses(result: ReplayResult, top_reasons: int) -> str:
-    # The name column fits the longest no-bid reason label (unverified_supply).
+    # The name column fits the longest no-bid reason label with room to spare.
     lines = [f"{'status':<20}{'count':>7}  {'share':>8}"]
     for name, count in status_classes(result.status).items():
         lines.append(f"  {name:<18}{count:>7,}  {_share(count, result.requests):>8}")
