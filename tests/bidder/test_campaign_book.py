@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from prometheus_client import REGISTRY
 
 from bidder.aws import aws_client
@@ -67,29 +68,32 @@ async def test_a_change_in_the_store_reaches_the_index(table: CampaignTable) -> 
     assert first_active["id"] not in {c.id for c in book.index.campaigns}
 
 
-@pytest.mark.asyncio
-async def test_a_failed_refresh_raises_and_keeps_the_last_good_index(
-    table: CampaignTable, aws_endpoint: str
-) -> None:
+@pytest_asyncio.fixture
+async def book_with_lost_store(table: CampaignTable, aws_endpoint: str) -> CampaignBook:
+    """A book that loaded the campaigns once, whose table is then deleted."""
     book = CampaignBook(table)
     await book.refresh()
-    index = book.index
     aws_client("dynamodb", aws_endpoint).delete_table(TableName=table.table_name)
+    return book
+
+
+@pytest.mark.asyncio
+async def test_a_failed_refresh_raises_and_keeps_the_last_good_index(
+    book_with_lost_store: CampaignBook,
+) -> None:
+    index = book_with_lost_store.index
     with pytest.raises(StoreError):
-        await book.refresh()
-    assert book.index is index
+        await book_with_lost_store.refresh()
+    assert book_with_lost_store.index is index
 
 
 @pytest.mark.asyncio
 async def test_keep_fresh_counts_errors_and_keeps_serving(
-    table: CampaignTable, aws_endpoint: str
+    book_with_lost_store: CampaignBook,
 ) -> None:
-    book = CampaignBook(table)
-    await book.refresh()
-    index = book.index
-    aws_client("dynamodb", aws_endpoint).delete_table(TableName=table.table_name)
+    index = book_with_lost_store.index
     before = _refresh_errors()
-    refresher = asyncio.create_task(book.keep_fresh(interval_s=0.01))
+    refresher = asyncio.create_task(book_with_lost_store.keep_fresh(interval_s=0.01))
     try:
         async with asyncio.timeout(10):
             # Two failed rounds show the loop goes on. A counter has no event to wait on.
@@ -99,4 +103,4 @@ async def test_keep_fresh_counts_errors_and_keeps_serving(
         refresher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await refresher
-    assert book.index is index
+    assert book_with_lost_store.index is index
