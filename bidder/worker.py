@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 from multiprocessing.connection import Connection
@@ -86,6 +87,11 @@ async def start_site(state: BidderState) -> web.AppRunner:
 async def _serve(settings: Settings, conn: Connection) -> None:
     state = await build_state(settings)
     runner = await start_site(state)
+    # Everything loaded so far lives as long as the worker. Freezing it keeps the
+    # garbage collector from rescanning it: without this a full collection over the
+    # start-up heap (boto3, botocore, aiohttp) stalled requests for ~30 ms.
+    gc.collect()
+    gc.freeze()
     refresher = asyncio.create_task(state.book.keep_fresh(settings.campaign_refresh_s))
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
