@@ -104,6 +104,9 @@ def _add_bidder_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--campaigns", type=Path, default=DEFAULT_CAMPAIGNS, metavar="FILE")
     p.add_argument("--campaign-refresh-s", type=float, default=30.0)
     p.add_argument("--bid-on-test", action="store_true", help="bid on test=1 requests")
+    p.add_argument(
+        "--public-url", metavar="URL", help="base URL of win/billing notices (default: own)"
+    )
 
 
 def _settings(args: argparse.Namespace, port: int, admin_port: int) -> Settings:
@@ -120,6 +123,7 @@ def _settings(args: argparse.Namespace, port: int, admin_port: int) -> Settings:
         valkey_url=args.valkey,
         aws_endpoint=args.aws_endpoint,
         bid_on_test=args.bid_on_test,
+        public_url=args.public_url,
     ).validate()
 
 

@@ -47,8 +47,11 @@ def test_a_missing_campaign_file_is_a_one_line_error(
 
 
 def test_invalid_serve_options_are_all_reported(capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = _run(capsys, "serve", "--workers", "0", "--deadline-ms", "0")
-    assert code == 2 and "--workers" in err and "--deadline-ms" in err
+    code, err = _run(
+        capsys, "serve", "--workers", "0", "--deadline-ms", "0", "--public-url", "ftp://x"
+    )
+    assert code == 2
+    assert "--workers" in err and "--deadline-ms" in err and "--public-url" in err
 
 
 def test_replaying_a_missing_stream_is_a_one_line_error(
