@@ -25,7 +25,9 @@ at the deadline while the ~97% of requests that never leave memory pay for no
 timer (a uvloop timer costs about as much as the eligibility stage). A pure
 stage can't be interrupted; the caller checks the clock once more before a bid
 goes out. ``deadline`` is passed so a stage can give a sub-call its own,
-tighter bound.
+tighter bound. It is an instant on the ``Clock``'s monotonic time, which
+``asyncio.timeout_at`` compares with the loop's time: with the ``SystemClock``
+both are CLOCK_MONOTONIC (asyncio's default loop and uvloop alike).
 """
 
 from __future__ import annotations
