@@ -14,6 +14,7 @@ loudly and answered ``internal_error``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -107,9 +108,8 @@ class BidHandler:
 
     async def _read(self, request: web.Request, deadline: float) -> bytes:
         """The body; a timer is armed only if part of it has not arrived yet."""
-        if request.content.is_eof():
-            return await read_body(request, self._settings.max_body_bytes)
-        async with asyncio.timeout_at(deadline):
+        arrived = request.content.is_eof()
+        async with contextlib.nullcontext() if arrived else asyncio.timeout_at(deadline):
             return await read_body(request, self._settings.max_body_bytes)
 
     def _deadline(self, received: float, tmax_ms: int | None) -> float:

@@ -34,10 +34,9 @@ class CampaignBook:
         digest = hashlib.sha256(orjson.dumps(docs, option=orjson.OPT_SORT_KEYS)).hexdigest()
         if digest == self._digest:
             return False
-        campaigns = campaigns_from_docs(docs)
-        self.index = CampaignIndex(campaigns)
+        self.index = CampaignIndex(campaigns_from_docs(docs))
         self._digest = digest
-        metrics.CAMPAIGNS_ACTIVE.set(sum(1 for c in campaigns if c.status == "active"))
+        metrics.CAMPAIGNS_ACTIVE.set(len(self.index))  # the index holds the active ones
         return True
 
     async def keep_fresh(self, interval_s: float) -> None:

@@ -128,7 +128,7 @@ def _request(doc: dict[str, Any]) -> BidRequest:
         and type(device) in _OBJECT and type(user) in _OBJECT
         and type(regs) in _OBJECT and type(source) in _OBJECT
     ):  # fmt: skip
-        _reject_non_objects(doc, _SECTIONS)
+        _reject_non_objects(doc)
     if site is not None and app is not None:
         raise InvalidRequest("request has both site and app")
     tmax, at = _int(doc, "tmax"), _int(doc, "at")
@@ -172,8 +172,9 @@ def _request(doc: dict[str, Any]) -> BidRequest:
 _SECTIONS = ("site", "app", "dooh", "device", "user", "regs", "source")
 
 
-def _reject_non_objects(doc: dict[str, Any], keys: tuple[str, ...]) -> None:
-    for key in keys:
+def _reject_non_objects(doc: dict[str, Any]) -> None:
+    """The slow path of the inline check: raise naming the first section that isn't one."""
+    for key in _SECTIONS:
         _obj(doc, key)
 
 

@@ -9,8 +9,9 @@ length, 30 s: an answer before it proves the stage was cut short.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
@@ -19,7 +20,9 @@ from bidder.nobid import NoBid
 from bidder.pipeline import Context, Stage
 from bidder.settings import Settings
 from tests.bidder.conftest import EXTERNAL
-from tests.bidder.live import LiveBidder
+from tests.bidder.live import LiveBidder, StagesHook
+
+StartBidder = Callable[[Stage], LiveBidder]
 
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()
 SLOW_STAGE_S = 30.0
@@ -49,7 +52,7 @@ class FailingStage:
         raise RuntimeError("a bug in a stage")
 
 
-def _with(extra: Stage) -> object:
+def _with(extra: Stage) -> StagesHook:
     def hook(state: BidderState) -> Sequence[Stage]:
         return [*state.stages, extra]
 
@@ -57,20 +60,13 @@ def _with(extra: Stage) -> object:
 
 
 @pytest.fixture
-def bidder_with(bidder_settings: Settings) -> Iterator[object]:
-    started: list[LiveBidder] = []
-
-    def start(stage: Stage) -> LiveBidder:
-        bidder = LiveBidder(bidder_settings, stages=_with(stage)).__enter__()  # type: ignore[arg-type]
-        started.append(bidder)
-        return bidder
-
-    yield start
-    for bidder in started:
-        bidder.__exit__()
+def bidder_with(bidder_settings: Settings) -> Iterator[StartBidder]:
+    """Starts live bidders with one extra stage; all are stopped after the test."""
+    with contextlib.ExitStack() as running:
+        yield lambda stage: running.enter_context(LiveBidder(bidder_settings, stages=_with(stage)))
 
 
-def test_a_stalled_stage_is_cut_off_at_the_deadline(bidder_with) -> None:  # type: ignore[no-untyped-def]
+def test_a_stalled_stage_is_cut_off_at_the_deadline(bidder_with: StartBidder) -> None:
     bidder = bidder_with(SleepingStage())
     began = time.monotonic()
     answer = bidder.post(SIMPLE_BANNER)
@@ -78,13 +74,15 @@ def test_a_stalled_stage_is_cut_off_at_the_deadline(bidder_with) -> None:  # typ
     assert time.monotonic() - began < SLOW_STAGE_S
 
 
-def test_a_stage_that_blocks_past_the_deadline_loses_its_bid(bidder_with, bidder_settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_stage_that_blocks_past_the_deadline_loses_its_bid(
+    bidder_with: StartBidder, bidder_settings: Settings
+) -> None:
     bidder = bidder_with(BlockingStage(bidder_settings))
     answer = bidder.post(SIMPLE_BANNER)
     assert (answer.status, answer.reason) == (204, "deadline")
 
 
-def test_a_bug_in_a_stage_is_a_204_not_a_5xx(bidder_with) -> None:  # type: ignore[no-untyped-def]
+def test_a_bug_in_a_stage_is_a_204_not_a_5xx(bidder_with: StartBidder) -> None:
     bidder = bidder_with(FailingStage())
     answer = bidder.post(SIMPLE_BANNER)
     assert (answer.status, answer.reason, answer.headers.get("x-nbr")) == (
