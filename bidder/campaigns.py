@@ -31,6 +31,7 @@ FORMATS = ("banner", "video", "native", "audio")
 SERVE_MODES = ("adm", "nurl")
 STATUSES = ("active", "paused")
 CHANNELS = ("site", "app", "dooh")
+SUPPLY_POLICIES = ("lenient", "strict")
 CAP_SCOPES = ("creative", "line_item", "campaign", "advertiser", "household")
 DEVICE_TYPES = {
     "mobile_tablet": 1,
@@ -50,6 +51,8 @@ MAX_ROLLING_HOURS = 720
 MAX_BID_CPM_MICROS = 1_000_000_000
 """USD 1,000 CPM: a higher bid is almost certainly a units mistake."""
 MAX_DAILY_BUDGET_MICROS = 10_000_000_000_000
+MAX_CLICK_VALUE_MICROS = 10_000_000_000
+"""USD 10,000 per click."""
 """USD 10 million a day: same reason."""
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -155,6 +158,11 @@ class Campaign:
     """'default', a curve name, or 24 hourly weights (not normalized)."""
     deals: tuple[str, ...] = ()
     """Deal ids this campaign may bid on in private auctions."""
+    supply_policy: str = "lenient"
+    """'lenient' or 'strict': how hard stage 4 checks the supply chain (docs/supply.md)."""
+    click_value_micros: int | None = None
+    """What a click is worth to the advertiser; with a model, the bid is
+    click value x P(click) x 1000 (a CPM). None: the base bid, unscored."""
 
     @property
     def active(self) -> bool:
@@ -238,7 +246,7 @@ def normalize_domain(value: str) -> str:
 _CAMPAIGN_FIELDS = (
     "id", "advertiser", "status", "daily_budget_micros", "currency", "base_bid_cpm_micros",
     "max_bid_cpm_micros", "targeting", "creatives", "frequency_caps", "cap_policy",
-    "pacing_curve", "deals",
+    "pacing_curve", "deals", "supply_policy", "click_value_micros",
 )  # fmt: skip
 
 
@@ -263,6 +271,8 @@ def _campaign(doc: Any, p: Problems) -> Campaign:
         cap_policy=_cap_policy(o),
         pacing_curve=_pacing_curve(o),
         deals=_unique(o, "deals", "deal id"),
+        supply_policy=o.string("supply_policy", "lenient", SUPPLY_POLICIES),
+        click_value_micros=o.opt_integer("click_value_micros", 1, MAX_CLICK_VALUE_MICROS),
     )
 
 
@@ -554,7 +564,10 @@ def campaign_to_doc(c: Campaign) -> dict[str, Any]:
         },
         "pacing_curve": c.pacing_curve if isinstance(c.pacing_curve, str) else [*c.pacing_curve],
         "deals": list(c.deals),
+        "supply_policy": c.supply_policy,
     }
+    if c.click_value_micros is not None:
+        doc["click_value_micros"] = c.click_value_micros
     return doc
 
 

@@ -15,13 +15,14 @@ import enum
 class NoBid(enum.Enum):
     """Why a request got no bid. The value is the wire label (header, metric).
 
-    Only reasons some code path gives today: each later stage (rate limit, supply
-    chain, consent, pacing, capping, overload shedding) adds its own with the stage.
+    Grouped by the hot-path stage that gives them (see ``bidder.pipeline``).
     """
 
     # Stage 1: parse + shape check.
     INVALID = "invalid"
-    # Stage 3: eligibility.
+    # Stage 2: partner protection.
+    THROTTLED = "throttled"
+    # Stage 3: eligibility, consent and COPPA.
     TEST_REQUEST = "test_request"
     CURRENCY = "currency"
     NO_CAMPAIGNS = "no_campaigns"
@@ -33,6 +34,25 @@ class NoBid(enum.Enum):
     BLOCKED_SITE = "blocked_site"
     FLOOR = "floor"
     PRIVATE_AUCTION = "private_auction"
+    NO_CONSENT = "no_consent"
+    COPPA = "coppa"
+    # Stage 4: supply chain.
+    SCHAIN_MISSING = "schain_missing"
+    SCHAIN_INCOMPLETE = "schain_incomplete"
+    SCHAIN_UNKNOWN_SELLER = "schain_unknown_seller"
+    ADS_TXT_UNAVAILABLE = "ads_txt_unavailable"
+    ADS_TXT_UNAUTHORIZED = "ads_txt_unauthorized"
+    # Stage 5: identity and profile.
+    PROFILE_MISS = "profile_miss"
+    # Stage 6: budget and pacing.
+    NO_LEASE = "no_lease"
+    PACED = "paced"
+    BUDGET_UNAVAILABLE = "budget_unavailable"
+    # Stage 7: frequency cap.
+    CAPPED = "capped"
+    FCAP_UNAVAILABLE = "fcap_unavailable"
+    # Stage 8: score and price.
+    SCORE_ERROR = "score_error"
     # Anything late or broken.
     DEADLINE = "deadline"
     INTERNAL_ERROR = "internal_error"
@@ -43,12 +63,23 @@ class NoBid(enum.Enum):
         return _NBR_CODES.get(self)
 
 
-# OpenRTB 2.x list "No-Bid Reason Codes": 0 unknown, 1 technical error,
-# 2 invalid request, 6 unsupported device, 7 blocked publisher or site.
+# OpenRTB 2.6 list "No-Bid Reason Codes": 1 technical error, 2 invalid request,
+# 6 unsupported device, 7 blocked publisher or site, 8 unmatched user, 11 ads.txt
+# authorization unavailable, 12 ads.txt authorization violation, 16 incomplete
+# SupplyChain, 17 blocked SupplyChain node.
 _NBR_CODES: dict[NoBid, int] = {
     NoBid.INVALID: 2,
     NoBid.DEVICE: 6,
     NoBid.BLOCKED_SITE: 7,
+    NoBid.SCHAIN_MISSING: 16,
+    NoBid.SCHAIN_INCOMPLETE: 16,
+    NoBid.SCHAIN_UNKNOWN_SELLER: 17,
+    NoBid.ADS_TXT_UNAVAILABLE: 11,
+    NoBid.ADS_TXT_UNAUTHORIZED: 12,
+    NoBid.PROFILE_MISS: 8,
     NoBid.DEADLINE: 1,
     NoBid.INTERNAL_ERROR: 1,
+    NoBid.FCAP_UNAVAILABLE: 1,
+    NoBid.BUDGET_UNAVAILABLE: 1,
+    NoBid.SCORE_ERROR: 1,
 }

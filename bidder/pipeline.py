@@ -36,7 +36,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from bidder.eligibility import Candidate
 from bidder.nobid import NoBid
@@ -59,6 +59,11 @@ class Context:
     """Monotonic time at receipt."""
     candidates: list[Candidate] = field(default_factory=list)
     priced: list[PricedCandidate] = field(default_factory=list)
+    user_key: str | None = None
+    """Stage 5's one key for this person (``bidder.identity``); None when anonymous."""
+    household_key: str | None = None
+    profile: Any = None
+    """The user's profile when stage 5 had it in cache (``bidder.profiles``)."""
 
 
 class Stage(Protocol):
