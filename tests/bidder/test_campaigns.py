@@ -352,6 +352,12 @@ def test_campaign_that_is_not_an_object_is_an_error() -> None:
             {"max_bid_cpm_micros": 2_000_000_000},
             "max_bid_cpm_micros: must be at most 1_000_000_000 (got 2_000_000_000)",
         ),
+        (
+            {"supply_policy": "paranoid"},
+            "supply_policy: must be one of 'lenient', 'strict' (got 'paranoid')",
+        ),
+        ({"click_value_micros": 0}, "click_value_micros: must be at least 1 (got 0)"),
+        ({"click_value_micros": 0.5}, "click_value_micros: must be an integer (got 0.5)"),
         ({"creatives": []}, "creatives: must list at least one creative"),
         ({"creatives": None}, "creatives: must list at least one creative"),
         ({"targeting": []}, "targeting: must be an object"),
