@@ -166,24 +166,53 @@ def source(a: Auction, ssp: inv.Ssp, req_id: str, rng: random.Random) -> dict[st
 
 
 def schain(pub: str, ssp: inv.Ssp, req_id: str, rng: random.Random) -> dict[str, Any] | None:
-    """1-3 nodes from the publisher's first seller to ``ssp``; complete on ~90%."""
+    """1-3 nodes from the publisher's first seller to ``ssp``; complete on ~90%.
+
+    A controlled share does not verify against the bundled supply files (``_supply``):
+    ``inv.SPOOFED_SELLER`` ends in a seller id the SSP does not list, and
+    ``inv.UNAUTHORIZED_SELLER`` is sold through another publisher's direct account.
+    """
     if rng.random() < ssp.no_schain:
         return None
+    complete = 1 if rng.random() < 0.9 else 0
+    fraud = rng.random()
+    if fraud < inv.UNAUTHORIZED_SELLER:
+        nodes = [_node(ssp.domain, f"{ssp.short}-{_other_direct_publisher(pub, ssp, rng)}")]
+    else:
+        nodes = seller_path(pub, ssp)
+    if inv.UNAUTHORIZED_SELLER <= fraud < inv.UNAUTHORIZED_SELLER + inv.SPOOFED_SELLER:
+        nodes[-1] = _node(ssp.domain, f"{ssp.short}-{rng.randrange(10**6, 10**7)}")
+    nodes[-1]["rid"] = req_id
+    return {"ver": "1.0", "complete": complete, "nodes": nodes}
+
+
+def seller_path(pub: str, ssp: inv.Ssp) -> list[dict[str, Any]]:
+    """The honest chain from ``pub``'s first seller to ``ssp`` (without ``rid``)."""
     nodes: list[dict[str, Any]] = []
     seller_id = pub
-    for reseller in _resellers(pub, ssp.name):
-        nodes.append(
-            {"asi": f"reseller-{reseller}.example", "sid": f"r{reseller}-{seller_id}", "hp": 1}
-        )
+    for reseller in resellers(pub, ssp.name):
+        nodes.append(_node(f"reseller-{reseller}.example", f"r{reseller}-{seller_id}"))
         seller_id = f"reseller-{reseller}"
-    nodes.append({"asi": ssp.domain, "sid": f"{ssp.short}-{seller_id}", "hp": 1, "rid": req_id})
-    return {"ver": "1.0", "complete": 1 if rng.random() < 0.9 else 0, "nodes": nodes}
+    nodes.append(_node(ssp.domain, f"{ssp.short}-{seller_id}"))
+    return nodes
+
+
+def _node(asi: str, sid: str) -> dict[str, Any]:
+    return {"asi": asi, "sid": sid, "hp": 1}
+
+
+def _other_direct_publisher(pub: str, ssp: inv.Ssp, rng: random.Random) -> str:
+    """A publisher other than ``pub`` that sells to ``ssp`` directly (a known account)."""
+    while True:
+        other = f"pub-news-{rng.randint(1, 120)}"
+        if other != pub and not resellers(other, ssp.name):
+            return other
 
 
 @functools.cache
-def _resellers(pub: str, ssp_name: str) -> tuple[int, ...]:
+def resellers(pub: str, ssp_name: str) -> tuple[int, ...]:
     """The stable reseller path from a publisher to an SSP: none 60%, one 30%, two 10%."""
-    h = _stable(f"{pub}|{ssp_name}")
+    h = stable_hash(f"{pub}|{ssp_name}")
     hops = 0 if h % 10 < 6 else 1 if h % 10 < 9 else 2
     first = 1 + (h >> 8) % inv.RESELLERS
     second = 1 + (first + (h >> 16) % (inv.RESELLERS - 1)) % inv.RESELLERS
@@ -193,7 +222,7 @@ def _resellers(pub: str, ssp_name: str) -> tuple[int, ...]:
 @functools.cache
 def _blocks(pub: str) -> dict[str, list[str]]:
     """bcat/badv: a fifth of publishers block a few categories and rival advertisers."""
-    h = _stable(f"{pub}|blocks")
+    h = stable_hash(f"{pub}|blocks")
     if h % 100 >= inv.BLOCKING_PUBLISHERS * 100:
         return {}
     rng = random.Random(h)
@@ -202,7 +231,7 @@ def _blocks(pub: str) -> dict[str, list[str]]:
     return {"bcat": bcat, "badv": [f"rival-{n}.example" for n in sorted(rivals)]}
 
 
-def _stable(text: str) -> int:
+def stable_hash(text: str) -> int:
     # Not hash(): str hashing is salted per process, and streams must be reproducible.
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 

@@ -23,7 +23,7 @@ import dataclasses
 import heapq
 import random
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -89,16 +89,23 @@ def generate(
     seed: int,
     mean_rate: float = 400.0,
     day_start: datetime = DEFAULT_DAY_START,
+    ssp_boost: Mapping[str, float] | None = None,
 ) -> GenSummary:
-    """Write a ``requests``-line bidstream to ``out`` and describe it."""
+    """Write a ``requests``-line bidstream to ``out`` and describe it.
+
+    ``ssp_boost`` multiplies SSPs' weights (``{"ssp-delta": 10}``: delta sends 10x its
+    usual share). ``requests`` and ``mean_rate`` stay totals, so to keep the other SSPs'
+    rates unchanged scale both by ``boost_scale(ssp_boost)``.
+    """
     _check_args(requests, seed, mean_rate, day_start)
+    shares = _boosted(ssp_boost or {})
     rng, np_rng = random.Random(seed), np.random.default_rng(seed)
     plan = _plan(rng, requests)
     fractions = day_fractions(np_rng, len(plan))
     users = population().sample(np_rng, len(plan))
     span_s = requests / mean_rate
     tally = _Tally()
-    emit = _Emitter(rng, int(day_start.timestamp() * 1000), tally)
+    emit = _Emitter(rng, int(day_start.timestamp() * 1000), tally, shares)
     write_stream(out, _in_time_order(_events(plan, fractions, users, span_s, emit)))
     return tally.summary(requests, len(plan), seed, span_s)
 
@@ -115,6 +122,52 @@ def _check_args(requests: int, seed: int, mean_rate: float, day_start: datetime)
         problems.append("day_start must be timezone-aware (UTC)")
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def parse_ssp_boost(specs: Sequence[str]) -> dict[str, float]:
+    """``["ssp-delta=10"]`` -> ``{"ssp-delta": 10.0}``; raises ValueError naming each problem."""
+    names = {ssp.name for ssp in inv.SSPS}
+    boost: dict[str, float] = {}
+    problems = []
+    for spec in specs:
+        name, _, factor = spec.partition("=")
+        try:
+            value = float(factor)
+        except ValueError:
+            value = -1.0
+        if name not in names:
+            problems.append(f"{spec!r}: unknown SSP (one of {', '.join(sorted(names))})")
+        elif not 0 < value < 1000:
+            problems.append(f"{spec!r}: expected SSP=FACTOR with 0 < FACTOR < 1000")
+        else:
+            boost[name] = value
+    if problems:
+        raise ValueError("; ".join(problems))
+    return boost
+
+
+def boost_scale(ssp_boost: Mapping[str, float]) -> float:
+    """Total traffic with ``ssp_boost`` over total without it (valid requests)."""
+    weights = dict(zip(inv.SSP_SHARE.values, inv.SSP_SHARE.shares(), strict=True))
+    return sum(share * ssp_boost.get(ssp.name, 1.0) for ssp, share in weights.items())
+
+
+class _Shares:
+    """The SSP weights of one run: normal and malformed traffic."""
+
+    def __init__(self, valid: inv.Weighted[inv.Ssp], malformed: inv.Weighted[inv.Ssp]) -> None:
+        self.valid, self.malformed = valid, malformed
+
+
+def _boosted(ssp_boost: Mapping[str, float]) -> _Shares:
+    if not ssp_boost:
+        return _Shares(inv.SSP_SHARE, inv.MALFORMED_SSP_SHARE)
+    return _Shares(_scale(inv.SSP_SHARE, ssp_boost), _scale(inv.MALFORMED_SSP_SHARE, ssp_boost))
+
+
+def _scale(weighted: inv.Weighted[inv.Ssp], boost: Mapping[str, float]) -> inv.Weighted[inv.Ssp]:
+    pairs = zip(weighted.values, weighted.shares(), strict=True)
+    return inv.Weighted([(ssp, share * boost.get(ssp.name, 1.0)) for ssp, share in pairs])
 
 
 def _plan(rng: random.Random, requests: int) -> list[int]:
@@ -151,8 +204,8 @@ def _events(
 class _Emitter:
     """Turns auction events into encoded lines; holds the run's rng, day and tally."""
 
-    def __init__(self, rng: random.Random, day_ms: int, tally: _Tally) -> None:
-        self.rng, self.day_ms, self.tally = rng, day_ms, tally
+    def __init__(self, rng: random.Random, day_ms: int, tally: _Tally, shares: _Shares) -> None:
+        self.rng, self.day_ms, self.tally, self.shares = rng, day_ms, tally, shares
         self.day_ds = day_ms // 100
         self.order = 0
         """Lines made so far: a tie-breaker, and ssp-delta's request sequence number."""
@@ -162,7 +215,7 @@ class _Emitter:
         if size == _MALFORMED:
             lines = [self._malformed(auction, t_ms, ts)]
         else:
-            ssps = _pick_ssps(self.rng, size)
+            ssps = _pick_ssps(self.rng, size, self.shares.valid)
             lines = [self._request(auction, ssp, n, t_ms, ts) for n, ssp in enumerate(ssps)]
         self.order += len(lines)
         return lines
@@ -176,7 +229,7 @@ class _Emitter:
         return (t_ms + lag, order, encode_record(t_ms + lag, ts + lag, ssp.name, request=doc))
 
     def _malformed(self, a: Auction, t_ms: int, ts: int) -> Line:
-        ssp = inv.MALFORMED_SSP_SHARE.pick(self.rng)
+        ssp = self.shares.malformed.pick(self.rng)
         kind = MALFORMED_KINDS.pick(self.rng)
         doc = render(a, ssp, self.rng, ts, self.order, self.day_ds, own_floor=False)
         body = malformed_body(kind, doc, self.rng)
@@ -184,11 +237,11 @@ class _Emitter:
         return (t_ms, self.order, encode_record(t_ms, ts, ssp.name, raw=body))
 
 
-def _pick_ssps(rng: random.Random, count: int) -> list[inv.Ssp]:
+def _pick_ssps(rng: random.Random, count: int, share: inv.Weighted[inv.Ssp]) -> list[inv.Ssp]:
     """``count`` distinct SSPs, weighted by their share of supply."""
     chosen: list[inv.Ssp] = []
     while len(chosen) < count:
-        ssp = inv.SSP_SHARE.pick(rng)
+        ssp = share.pick(rng)
         if ssp not in chosen:
             chosen.append(ssp)
     return chosen

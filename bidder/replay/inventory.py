@@ -15,12 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from bidder.consent import BID_PURPOSES, DEFAULT_VENDOR_ID, PROFILE_PURPOSES
+
 T = TypeVar("T")
 
-DSP_VENDOR_ID = 999
-"""Our IAB TCF vendor id (the bidder will read it from its settings)."""
-DSP_PURPOSES = frozenset({1, 2, 3, 4, 7})
-"""The TCF purposes we need consent for: store/access, basic ads, profiles, measure."""
+DSP_VENDOR_ID = DEFAULT_VENDOR_ID
+"""Our IAB TCF vendor id: the bidder's default (``bidder.consent``)."""
+DSP_PURPOSES = BID_PURPOSES | PROFILE_PURPOSES
+"""The TCF purposes we need consent for: store/access, basic ads, measure (to bid) and
+profiles 3, 4 (to use them); ``bidder.consent`` has the rules."""
 
 
 class Weighted(Generic[T]):
@@ -118,6 +121,13 @@ MALFORMED_SSP_SHARE: Weighted[Ssp] = Weighted(
 )
 RESELLERS = 12
 """Reseller exchanges 'reseller-1.example' .. 'reseller-12.example' appear in schains."""
+SPOOFED_SELLER = 0.02
+"""Share of schains whose last node names a seller id its SSP's sellers.json lacks."""
+UNAUTHORIZED_SELLER = 0.02
+"""Share of schains sold through another publisher's direct account (domain spoofing):
+every node is a known seller, but the publisher's ads.txt does not list the last one."""
+NO_ADS_TXT = 0.05
+"""Share of publishers (stable per publisher) with no ads.txt / app-ads.txt file."""
 
 # -- devices --------------------------------------------------------------------------------
 

@@ -20,13 +20,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bidder.consent import ConsentPolicy, evaluate
+from bidder.nobid import NoBid
 from bidder.openrtb import InvalidRequest, parse_bid_request
 from bidder.replay import inventory as inv
 from bidder.replay._population import population
 from bidder.replay._privacy import grants_dsp, user_tcf
-from bidder.replay.generator import MAX_DUPLICATE_LAG_MS, GenSummary, generate
+from bidder.replay._render import seller_path
+from bidder.replay._supply import has_ads_txt, publishers, write_supply_files
+from bidder.replay.generator import (
+    MAX_DUPLICATE_LAG_MS,
+    GenSummary,
+    boost_scale,
+    generate,
+    parse_ssp_boost,
+)
 from bidder.replay.stream import read_stream
 from bidder.replay.tcf import TcfConsent, encode_tc_string
+from bidder.schain import SupplyFiles, Verdict, verify
+from bidder.supply_files import DirectorySource, load_files
 
 N = 5_000
 DAY_START_DS = int(datetime(2026, 1, 5, tzinfo=UTC).timestamp() * 10)
@@ -424,3 +436,81 @@ def test_tcf_encoder_rejects_values_that_do_not_fit() -> None:
         encode_tc_string(dataclasses.replace(good, publisher_cc="g1"))
     with pytest.raises(ValueError, match="outside"):
         encode_tc_string(dataclasses.replace(good, purposes_consent=frozenset({25})))
+
+
+# -- supply chain against the bundled supply files ---------------------------------------------
+
+SUPPLY_DIR = Path(__file__).resolve().parents[3] / "fixtures" / "openrtb" / "supply"
+
+
+@pytest.fixture(scope="module")
+def supply() -> SupplyFiles:
+    return load_files(DirectorySource(SUPPLY_DIR).items())[0]
+
+
+def test_the_bundled_supply_files_are_what_the_generator_writes(tmp_path: Path) -> None:
+    write_supply_files(tmp_path)
+    written = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    bundled = {
+        p.relative_to(SUPPLY_DIR): p.read_bytes() for p in SUPPLY_DIR.rglob("*") if p.is_file()
+    }
+    assert written == bundled
+
+
+def test_honest_chains_verify_and_a_controlled_share_does_not(
+    records: list[dict[str, Any]], supply: SupplyFiles
+) -> None:
+    lenient: Counter[str] = Counter()
+    for record in (r for r in records if "request" in r):
+        request = parse_bid_request(orjson.dumps(record["request"]))
+        if request.schain is None:
+            continue
+        reason = verify(request.schain, request.domain, request.bundle, supply).lenient
+        lenient[reason.value if reason else "pass"] += 1
+    chains = sum(lenient.values())
+    assert set(lenient) == {"pass", "schain_unknown_seller", "ads_txt_unauthorized"}
+    assert 0.012 <= share(lenient["schain_unknown_seller"], chains) <= 0.03
+    assert 0.012 <= share(lenient["ads_txt_unauthorized"], chains) <= 0.03
+
+
+def test_honest_chains_of_every_publisher_verify_strictly(supply: SupplyFiles) -> None:
+    for pub, channel, name in publishers():
+        for ssp in inv.SSPS:
+            nodes = seller_path(pub, ssp)
+            domain, bundle = (name, None) if channel == "site" else (None, name)
+            verdict = verify({"complete": 1, "nodes": nodes}, domain, bundle, supply)
+            expected = None if has_ads_txt(pub) else NoBid.ADS_TXT_UNAVAILABLE
+            assert verdict == Verdict(None, expected), (pub, ssp.name)
+
+
+def test_a_few_publishers_have_no_ads_txt() -> None:
+    pubs = list(publishers())
+    assert 0.03 <= share(sum(not has_ads_txt(p) for p, _, _ in pubs), len(pubs)) <= 0.07
+
+
+def test_the_bidder_reads_the_generated_consent_as_the_user_chose(
+    requests: list[dict[str, Any]],
+) -> None:
+    outcomes: Counter[NoBid | None] = Counter()
+    for doc in requests:
+        request = parse_bid_request(orjson.dumps(doc))
+        if request.gdpr and not request.coppa:
+            outcomes[evaluate(request, ConsentPolicy()).reason] += 1
+    assert 0.65 <= share(outcomes[None], sum(outcomes.values())) <= 0.85
+    assert set(outcomes) == {None, NoBid.NO_CONSENT}
+
+
+# -- a burst from one SSP -------------------------------------------------------------------------
+
+
+def test_ssp_boost_multiplies_one_ssps_share(tmp_path: Path) -> None:
+    boost = {"ssp-delta": 10.0}
+    summary = generate(tmp_path / "burst.jsonl", 2000, seed=5, ssp_boost=boost)
+    assert boost_scale(boost) == pytest.approx(1.9)
+    assert 0.47 <= share(summary.ssps["ssp-delta"], summary.requests) <= 0.58
+
+
+def test_parse_ssp_boost_reads_and_rejects() -> None:
+    assert parse_ssp_boost(["ssp-delta=10"]) == {"ssp-delta": 10.0}
+    with pytest.raises(ValueError, match=r"'ssp-x=2': unknown SSP.*'ssp-beta=0': expected"):
+        parse_ssp_boost(["ssp-x=2", "ssp-beta=0"])
