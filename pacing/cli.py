@@ -1,0 +1,212 @@
+"""Command line: ``bidsim pacing curve|simulate|tune`` and ``bidsim reconciler``.
+
+``add_commands(subparsers)`` adds both to the ``bidsim`` parser; each handler takes the
+parsed arguments and returns the exit status. Bad input is one line on stderr naming
+the problem and status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+from tqdm import tqdm
+
+from bidder.campaign_store import CampaignTable, StoreError
+from bidder.replay.stream import StreamFormatError
+from bidder.stack import StackError
+from pacing.curves import BUILTIN, Curve, CurveError, curve_from_stream, load_curve_file
+from pacing.pid import PidGains
+from pacing.reconcile import DEFAULT_GAINS, PacingConfig
+from pacing.reconciler import DEFAULT_STREAM, build_reconciler, campaigns_from_store, run_reconciler
+from pacing.report import day_report
+from pacing.simulate import Market, Scenario, run
+from pacing.spend_table import SpendStoreError
+from pacing.tune import grid, tune
+
+_USER_ERRORS = (CurveError, StreamFormatError, StoreError, SpendStoreError, StackError, OSError)
+Handler = Callable[[argparse.Namespace], int]
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``pacing`` (curve, simulate, tune) and ``reconciler`` to a subparsers object."""
+    pacing = subparsers.add_parser("pacing", help="pacing curves, simulated days and tuning")
+    sub = pacing.add_subparsers(required=True, metavar="COMMAND")
+    curve = sub.add_parser("curve", help="derive a target curve from a recorded bidstream")
+    curve.add_argument("stream", type=Path, metavar="STREAM")
+    curve.add_argument("-o", "--out", type=Path, help="write the curve JSON here (default: stdout)")
+    curve.set_defaults(command=cmd_curve)
+    simulate = sub.add_parser("simulate", help="simulate a pacing day; JSON report and plots")
+    _scenario_options(simulate)
+    simulate.add_argument("--plots", type=Path, metavar="DIR", help="PNG directory")
+    simulate.set_defaults(command=cmd_simulate)
+    tune_p = sub.add_parser("tune", help="search PID gains and chunk sizes")
+    _scenario_options(tune_p)
+    tune_p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    tune_p.add_argument("--quick", action="store_true", help="a 12-setting grid")
+    tune_p.set_defaults(command=cmd_tune)
+    rec = subparsers.add_parser("reconciler", help="run the pacing reconciler until Ctrl-C")
+    _reconciler_options(rec)
+    rec.set_defaults(command=cmd_reconciler)
+
+
+def _user_errors(handler: Handler) -> Handler:
+    @functools.wraps(handler)
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except _USER_ERRORS as exc:
+            print(f"bidsim: error: {exc}", file=sys.stderr)
+            return 2
+
+    return wrapped
+
+
+def _scenario_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget-micros", type=int, default=10_000_000_000)
+    p.add_argument("--nodes", type=int, default=50)
+    p.add_argument("--tick-s", type=float, default=5.0)
+    p.add_argument("--curve", default="standard", help="built-in name or a curve JSON file")
+    p.add_argument("--stream", type=Path, help="take the supply shape from this bidstream")
+    p.add_argument("--supply-ratio", type=float, default=2.5,
+                   help="spend at rate 1 / target spend (default 2.5)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--kp", type=float, default=DEFAULT_GAINS.kp)
+    p.add_argument("--ki", type=float, default=DEFAULT_GAINS.ki)
+    p.add_argument("--kd", type=float, default=DEFAULT_GAINS.kd)
+    p.add_argument("--chunk-periods", type=int, default=PacingConfig().chunk_periods_per_day,
+                   help="chunk = budget / nodes / this (default 288)")  # fmt: skip
+    p.add_argument("--json", type=Path, metavar="OUT", help="write the JSON report here")
+
+
+def _reconciler_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--valkey", metavar="URL", required=True)
+    p.add_argument("--aws-endpoint", metavar="URL", required=True)
+    p.add_argument("--region", default="us-east-1")
+    p.add_argument("--tick-s", type=float, default=5.0)
+    p.add_argument("--stream", default=DEFAULT_STREAM, help="Kinesis spend stream")
+    p.add_argument("--spend-table", default="bidsim-spend")
+    p.add_argument("--campaign-table", default="bidsim-campaigns")
+    p.add_argument("--curves", type=Path, metavar="DIR", help="named curves: DIR/NAME.json")
+
+
+def scenario_from_args(args: argparse.Namespace) -> Scenario:
+    """The scenario the options describe; raises CurveError/ValueError naming the option."""
+    problems = []
+    if args.budget_micros < 1:
+        problems.append("--budget-micros must be at least 1")
+    if args.nodes < 1:
+        problems.append("--nodes must be at least 1")
+    if args.supply_ratio <= 0:
+        problems.append("--supply-ratio must be above 0")
+    config = PacingConfig(tick_s=args.tick_s, chunk_periods_per_day=args.chunk_periods)
+    problems += [f"--{p.replace('_', '-')}" for p in config.problems()]
+    try:
+        gains = PidGains(args.kp, args.ki, args.kd)
+    except ValueError as exc:
+        problems.append(f"--kp/--ki/--kd: {exc}")
+        gains = DEFAULT_GAINS
+    if problems:
+        raise CurveError("; ".join(problems))
+    return Scenario(
+        budget_micros=args.budget_micros,
+        nodes=args.nodes,
+        curve=_curve(args.curve),
+        supply=curve_from_stream(args.stream)[0] if args.stream else None,
+        supply_ratio=args.supply_ratio,
+        market=Market(),
+        config=replace(config, gains=gains),
+        seed=args.seed,
+    )
+
+
+def _curve(spec: str) -> Curve:
+    if spec in BUILTIN:
+        return BUILTIN[spec]
+    if Path(spec).suffix == ".json" or os.sep in spec:
+        return load_curve_file(spec)
+    raise CurveError(f"--curve: {spec!r} is neither a built-in curve nor a .json file")
+
+
+@_user_errors
+def cmd_curve(args: argparse.Namespace) -> int:
+    curve, counts = curve_from_stream(args.stream)
+    doc = {**curve.to_doc(args.stream.stem), "requests_per_hour": counts}
+    text = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+    if args.out:
+        args.out.write_bytes(text + b"\n")
+    else:
+        print(text.decode())
+    return 0
+
+
+@_user_errors
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from pacing.plots import write_plots
+
+    sc = scenario_from_args(args)
+    ticks = int((sc.end_s - sc.start_s) / sc.config.tick_s)
+    with tqdm(total=ticks, desc="simulated day", unit="tick", disable=None) as bar:
+        report = day_report(sc, bar.update)
+    plots_dir = args.plots or (args.json.parent if args.json else Path("pacing-plots"))
+    trace, asap = run(sc), run(replace(sc, pacing=False))
+    report["plots"] = [str(p) for p in write_plots(trace, plots_dir, asap)]
+    _emit(report, args.json)
+    return 0
+
+
+@_user_errors
+def cmd_tune(args: argparse.Namespace) -> int:
+    sc = scenario_from_args(args)
+    settings = (
+        grid((0.02, 0.03, 0.05), (0.001, 0.002), (0.0,), (288, 5_760)) if args.quick else grid()
+    )
+    with tqdm(total=len(settings), desc="tuning", unit="setting", disable=None) as bar:
+        result = tune(sc, settings, bar.update, jobs=max(args.jobs, 1))
+    _emit(result, args.json)
+    best = result["best"]
+    if best is None:
+        print("bidsim: no setting met the acceptance bounds", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _emit(doc: dict[str, Any], path: Path | None) -> None:
+    text = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    if path is not None:
+        path.write_bytes(text + b"\n")
+    summary = {k: v for k, v in doc.items() if not isinstance(v, list | dict)}
+    print(orjson.dumps(summary).decode() if path is not None else text.decode())
+
+
+@_user_errors
+def cmd_reconciler(args: argparse.Namespace) -> int:
+    from bidder.aws import aws_client
+    from pacing.curves import load_curve_dir
+
+    config = PacingConfig(tick_s=args.tick_s)
+    if config.problems():
+        raise CurveError("; ".join(config.problems()))
+    curves = load_curve_dir(args.curves) if args.curves else None
+    store = CampaignTable(
+        aws_client("dynamodb", args.aws_endpoint, args.region), args.campaign_table
+    )
+    reconciler = build_reconciler(
+        args.valkey, args.aws_endpoint, campaigns_from_store(store), config,
+        args.stream, args.spend_table, args.region, curves=curves,
+    )  # fmt: skip
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"bidsim: reconciler ticking every {args.tick_s:g} s", file=sys.stderr)
+    run_reconciler(reconciler, args.tick_s, stop)
+    return 0

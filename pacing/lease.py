@@ -1,0 +1,194 @@
+"""Leases: the chunks of budget a bidder node may spend without asking anyone.
+
+Theory of operation. Every reconciler tick grants each live node, per campaign, a
+fresh lease: an amount in micros, the pacing rate, and an expiry two ticks out. A
+node's new lease *replaces* its old one (a lease is an allowance, not a balance that
+tops up), so a node holds at most one live lease per campaign, and between the
+reconciler writing a lease and the node picking it up the node may still spend from
+the old one. Hence the bounds:
+
+- a late tick: nodes keep spending the lease they hold, at most one chunk each;
+- a stalled reconciler: at most the old lease's rest plus the new one, 2 chunks per
+  node, and then nothing: every lease expires two ticks after it was written.
+
+The reconciler counts a lease as *exposure* (money that may be spent without it
+knowing yet) until it expires, whatever has been spent from it, and grants only what
+keeps ``spent + exposure <= budget``. That is conservative by design: it never needs
+to know how much of a lease a node has used, only that spend older than an expired
+lease has reached the ledger.
+
+Chunk size: ``budget / nodes / chunk_periods_per_day``. The default 288 periods (five
+minutes of a node's average spend) gives the design card's $0.69 for $10,000 and 50
+nodes. A chunk must cover a node's spend in one tick at the busiest hour with room to
+spare, or the lease, not the controller, paces (see docs/pacing.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+EXPIRY_TICKS = 2
+DEFAULT_CHUNK_PERIODS = 288
+RATE_SCALE = 1_000_000
+"""Pacing rates travel as integer parts per million."""
+
+
+class LeaseFormatError(ValueError):
+    """A stored lease is not in the expected format."""
+
+
+def chunk_micros(
+    budget_micros: int, nodes: int, periods_per_day: int = DEFAULT_CHUNK_PERIODS
+) -> int:
+    """The default chunk: budget / nodes / periods-per-day, at least 1 micro."""
+    if nodes < 1 or periods_per_day < 1:
+        raise ValueError("nodes and periods_per_day must be at least 1")
+    return max(1, budget_micros // nodes // periods_per_day)
+
+
+def expiry_ms(issued_ms: int, tick_ms: int) -> int:
+    """A lease written at ``issued_ms`` is dead once two ticks have passed unanswered."""
+    return issued_ms + EXPIRY_TICKS * tick_ms
+
+
+def grant_per_node(budget: int, spent: int, exposure: int, nodes: int, chunk: int) -> int:
+    """What each of ``nodes`` may get now so that spent + exposure stays within budget."""
+    available = budget - spent - exposure
+    if nodes < 1 or available <= 0:
+        return 0
+    return min(chunk, available // nodes)
+
+
+def is_live(expires_ms: int, now_ms: int) -> bool:
+    """A lease is spendable strictly before its expiry instant."""
+    return now_ms < expires_ms
+
+
+_N = TypeVar("_N", int, np.ndarray)
+
+
+def take(want: _N, remaining: _N) -> _N:
+    """How much of ``want`` a lease with ``remaining`` lets through (ints or arrays)."""
+    result: _N = np.minimum(want, np.maximum(remaining, 0))
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One campaign's allowance for one node."""
+
+    lease_id: int
+    """The reconciler tick that wrote it; a new id means a new allowance."""
+    amount_micros: int
+    expires_ms: int
+    rate_ppm: int
+    """Pacing rate (bid probability) in parts per million."""
+
+    def encode(self) -> str:
+        return f"{self.lease_id}:{self.amount_micros}:{self.expires_ms}:{self.rate_ppm}"
+
+    @classmethod
+    def decode(cls, text: str | bytes) -> Lease:
+        raw = text.decode() if isinstance(text, bytes) else text
+        parts = raw.split(":")
+        if len(parts) != 4 or not all(p.isdigit() for p in parts):
+            raise LeaseFormatError(f"not a lease: {raw!r}")
+        lease_id, amount, expires, rate = (int(p) for p in parts)
+        if rate > RATE_SCALE:
+            raise LeaseFormatError(f"rate {rate} ppm is above {RATE_SCALE}")
+        return cls(lease_id, amount, expires, rate)
+
+
+class LeaseAccount:
+    """A node's spending against one lease: the node-side accounting.
+
+    ``spent`` counts billed cost since this lease was installed. Billing notices of
+    bids made under an older lease are charged here too (conservative).
+    """
+
+    __slots__ = ("expires_ms", "lease", "rate", "spent")
+
+    def __init__(self, lease: Lease, spent: int = 0) -> None:
+        self.lease = lease
+        self.expires_ms = lease.expires_ms
+        self.rate = lease.rate_ppm / RATE_SCALE
+        self.spent = spent
+
+    @property
+    def remaining(self) -> int:
+        return self.lease.amount_micros - self.spent
+
+    def covers(self, cost_micros: int, now_ms: int) -> bool:
+        """Live, and what is left covers ``cost_micros`` (the per-bid form of ``take``)."""
+        return now_ms < self.expires_ms and self.lease.amount_micros - self.spent >= cost_micros
+
+    def debit(self, cost_micros: int) -> None:
+        self.spent += cost_micros
+
+
+class FleetAccounts:
+    """N nodes' accounts against the same lease, as arrays: the simulator's nodes.
+
+    Same rules as ``LeaseAccount`` and ``install``: a new lease id starts from nothing
+    spent, the same lease id keeps what was spent, nothing is spent once expired.
+    """
+
+    def __init__(self, nodes: int) -> None:
+        self.lease: Lease | None = None
+        self.spent = np.zeros(nodes, dtype=np.int64)
+
+    def install(self, lease: Lease) -> None:
+        if self.lease is None or self.lease.lease_id != lease.lease_id:
+            self.spent[:] = 0
+        self.lease = lease
+
+    def live(self, now_ms: int) -> bool:
+        return self.lease is not None and is_live(self.lease.expires_ms, now_ms)
+
+    def spend_up_to(self, want: np.ndarray, now_ms: int) -> np.ndarray:
+        """Debit each node's ``want`` as far as its lease allows; returns what was debited."""
+        if self.lease is None or not self.live(now_ms):
+            return np.zeros_like(want)
+        got = take(want, self.lease.amount_micros - self.spent)
+        self.spent += got
+        return got
+
+
+def install(current: dict[str, LeaseAccount], fresh: dict[str, Lease]) -> dict[str, LeaseAccount]:
+    """The accounts after a refresh: a lease seen before keeps what was spent from it."""
+    accounts: dict[str, LeaseAccount] = {}
+    for campaign_id, lease in fresh.items():
+        old = current.get(campaign_id)
+        if old is not None and old.lease.lease_id == lease.lease_id:
+            accounts[campaign_id] = LeaseAccount(lease, old.spent)
+        else:
+            accounts[campaign_id] = LeaseAccount(lease)
+    return accounts
+
+
+@dataclass(slots=True)
+class _Generation:
+    lease_id: int
+    total_micros: int
+    expires_ms: int
+
+
+class LeaseBook:
+    """Reconciler side: the leases of one campaign that may still be spent."""
+
+    __slots__ = ("_live",)
+
+    def __init__(self) -> None:
+        self._live: list[_Generation] = []
+
+    def exposure(self, now_ms: int) -> int:
+        """Micros granted in leases that have not expired at ``now_ms``."""
+        self._live = [g for g in self._live if g.expires_ms > now_ms]
+        return sum(g.total_micros for g in self._live)
+
+    def record(self, lease_id: int, per_node: int, nodes: int, expires_ms: int) -> None:
+        if per_node > 0 and nodes > 0:
+            self._live.append(_Generation(lease_id, per_node * nodes, expires_ms))

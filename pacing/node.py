@@ -1,0 +1,105 @@
+"""The bidder node's pacer: may this campaign bid now? (stage 6)
+
+Theory of operation. The node holds one ``LeaseAccount`` per campaign, refreshed in the
+background from Valkey (``run_refresher``). At bid time ``admit`` is pure and cheap: a
+dict lookup, an expiry and a remaining-chunk comparison, and one RNG draw against the
+pacing rate. The price of the impression is not known at stage 6, so the bound checked
+against the chunk is the most one impression can cost: ``cost_of(max_bid_cpm)`` (the
+caller passes it; ``max_cost_micros`` below). The real cost is debited when the
+impression is billed (``debit``), and the reconciler settles against the ledger.
+
+Fail-closed: before the first successful refresh, and after any failed one, every
+campaign is answered ``BUDGET_UNAVAILABLE`` until a refresh succeeds again; a missing
+or expired lease, or a chunk that cannot cover the bound, is ``NO_LEASE``; losing the
+draw is ``PACED``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+
+from redis.exceptions import RedisError
+
+from bidder.clock import Clock
+from bidder.nobid import NoBid
+from pacing.lease import Lease, LeaseAccount, LeaseFormatError, install
+from pacing.lease_store import LeaseReader
+
+log = logging.getLogger("bidsim.pacing")
+
+
+class NodePacer:
+    def __init__(self, node_id: str, clock: Clock, rng: Callable[[], float] | None = None) -> None:
+        """``rng``: a uniform [0, 1) source (default ``random.random``), injected for tests."""
+        self.node_id = node_id
+        self._clock = clock
+        self._random = rng or random.random
+        self._accounts: dict[str, LeaseAccount] = {}
+        self.available = False
+
+    def admit(self, campaign_id: str, max_cost_micros: int) -> NoBid | None:
+        """None if the campaign may bid now; otherwise why not."""
+        if not self.available:
+            return NoBid.BUDGET_UNAVAILABLE
+        account = self._accounts.get(campaign_id)
+        if account is None or not account.covers(max_cost_micros, self._clock.wall_ms()):
+            return NoBid.NO_LEASE
+        if self._random() >= account.rate:
+            return NoBid.PACED
+        return None
+
+    def debit(self, campaign_id: str, cost_micros: int) -> None:
+        """A billed impression: charge its real cost to the campaign's current lease."""
+        account = self._accounts.get(campaign_id)
+        if account is not None:
+            account.debit(cost_micros)
+
+    def install(self, leases: dict[str, Lease]) -> None:
+        self._accounts = install(self._accounts, leases)
+        self.available = True
+
+    def unavailable(self) -> None:
+        self.available = False
+
+    def remaining(self, campaign_id: str) -> int | None:
+        account = self._accounts.get(campaign_id)
+        return None if account is None else account.remaining
+
+
+async def refresh_once(pacer: NodePacer, reader: LeaseReader, clock: Clock) -> bool:
+    """Heartbeat and reload the leases; on any failure the pacer goes fail-closed."""
+    try:
+        leases = await reader.refresh(clock.wall_ms())
+    except (TimeoutError, RedisError, OSError, LeaseFormatError) as exc:
+        if pacer.available:
+            log.warning("pacing: lease refresh failed, no spend until it works: %s", exc)
+        pacer.unavailable()
+        return False
+    pacer.install(leases)
+    return True
+
+
+async def run_refresher(
+    pacer: NodePacer,
+    reader: LeaseReader,
+    clock: Clock,
+    interval_s: float = 1.0,
+    timeout_s: float = 0.5,
+) -> None:
+    """Refresh every ``interval_s`` until cancelled; deregisters the node on the way out."""
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await refresh_once(pacer, reader, clock)
+            except TimeoutError:
+                pacer.unavailable()
+            await asyncio.sleep(interval_s)
+    finally:
+        with contextlib.suppress(RedisError, OSError, asyncio.TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await reader.leave()

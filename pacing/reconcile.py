@@ -1,0 +1,255 @@
+"""The reconciler's tick as pure logic: spend in, pacing rates and leases out.
+
+Each tick, for each campaign of the UTC day:
+
+1. measure: spend applied so far vs the curve's target, as seconds of average spend
+   (``(spent - target) / (budget / 86400)``), so the same gains fit any budget;
+2. control: the PID turns that into a pacing rate (bid probability);
+3. protect: the breaker sees the interval's spend vs its target; once open, the
+   campaign gets rate 0 and empty leases for the rest of the day;
+4. lease: every live node gets the same fresh lease, sized so that
+   ``spent + exposure <= budget`` (``pacing.lease``);
+5. check: the invariants, reported rather than raised (the caller logs and counts).
+
+``SpendBook`` applies ledger entries exactly once by ledger id; the live reconciler
+keeps it beside DynamoDB as the ledger-side sum the invariants compare against.
+Nothing here does I/O or reads a clock: time comes in as ``now_ms``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from bidder.campaigns import Campaign
+from bidder.ledger import LedgerEntry
+from pacing.breaker import Breaker
+from pacing.curves import BUILTIN, DAY_S, Curve, day_of, resolve_curve, second_of_day
+from pacing.lease import (
+    DEFAULT_CHUNK_PERIODS,
+    RATE_SCALE,
+    Lease,
+    LeaseBook,
+    chunk_micros,
+    expiry_ms,
+    grant_per_node,
+)
+from pacing.pid import Pid, PidGains
+
+DEFAULT_GAINS = PidGains(kp=0.03, ki=0.001, kd=0.0)
+"""Tuned on the standard scenario (docs/pacing.md): stable for supply 1.2-7.5x target."""
+
+
+@dataclass(frozen=True, slots=True)
+class PacingConfig:
+    tick_s: float = 5.0
+    gains: PidGains = DEFAULT_GAINS
+    chunk_periods_per_day: int = DEFAULT_CHUNK_PERIODS
+    chunk_micros: int | None = None
+    """A fixed chunk for every campaign; None: budget / nodes / chunk_periods_per_day."""
+    breaker_ratio: float = 3.0
+    breaker_window_s: float = 60.0
+    initial_rate: float = 0.5
+    """The rate before any spend has been seen (the integral's starting value)."""
+
+    @property
+    def tick_ms(self) -> int:
+        return round(self.tick_s * 1000)
+
+    def problems(self) -> list[str]:
+        found = []
+        if not 0.05 <= self.tick_s <= 3_600:
+            found.append(f"tick_s must be in 0.05..3600, got {self.tick_s}")
+        if self.chunk_periods_per_day < 1:
+            found.append("chunk_periods_per_day must be at least 1")
+        if self.chunk_micros is not None and self.chunk_micros < 1:
+            found.append("chunk_micros must be at least 1")
+        if self.breaker_ratio <= 1 or self.breaker_window_s <= 0:
+            found.append("breaker_ratio must be above 1 and breaker_window_s above 0")
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """What pacing needs of a campaign."""
+
+    campaign_id: str
+    advertiser: str
+    daily_budget_micros: int
+    curve: Curve
+    active: bool = True
+
+
+def budget_of(campaign: Campaign, curves: Mapping[str, Curve] = BUILTIN) -> Budget:
+    """The campaign's budget and resolved curve; raises CurveError on an unknown curve."""
+    return Budget(
+        campaign.id,
+        campaign.advertiser,
+        campaign.daily_budget_micros,
+        resolve_curve(campaign.pacing_curve, curves),
+        campaign.active,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One campaign's outcome of a tick: the lease every live node gets."""
+
+    campaign_id: str
+    lease: Lease
+    target_micros: int
+    spent_micros: int
+    exposure_micros: int
+    """Leased and not yet expired after this tick's grant."""
+    paused: bool
+    tripped: bool
+    """The breaker opened on this tick."""
+
+    @property
+    def rate(self) -> float:
+        return self.lease.rate_ppm / RATE_SCALE
+
+
+class CampaignPacer:
+    """One campaign's controller, breaker and lease book for one pacing day."""
+
+    __slots__ = ("_last_s", "_last_spent", "book", "breaker", "budget", "config", "day", "pid")
+
+    def __init__(self, budget: Budget, config: PacingConfig, day: int) -> None:
+        self.budget = budget
+        self.config = config
+        self.day = day
+        self.pid = Pid(config.gains, 0.0, config.initial_rate)
+        self.breaker = Breaker(config.breaker_ratio, config.breaker_window_s)
+        self.book = LeaseBook()
+        self._last_s: float | None = None
+        self._last_spent = 0
+
+    def step(self, now_ms: int, spent: int, nodes: int, lease_id: int) -> Plan:
+        b, cfg = self.budget, self.config
+        now_s = second_of_day(now_ms)
+        target = b.curve.target_micros(b.daily_budget_micros, now_s)
+        tripped = self._observe(now_s, spent, target)
+        rate = self._control(now_s, spent, target)
+        paused = self.breaker.open or not b.active
+        chunk = cfg.chunk_micros or chunk_micros(
+            b.daily_budget_micros, max(nodes, 1), cfg.chunk_periods_per_day
+        )
+        per_node = 0 if paused else grant_per_node(
+            b.daily_budget_micros, spent, self.book.exposure(now_ms), nodes, chunk
+        )  # fmt: skip
+        expires = expiry_ms(now_ms, cfg.tick_ms)
+        self.book.record(lease_id, per_node, nodes, expires)
+        rate_ppm = 0 if paused else round(rate * RATE_SCALE)
+        lease = Lease(lease_id, per_node, expires, rate_ppm)
+        exposure = self.book.exposure(now_ms)
+        return Plan(b.campaign_id, lease, target, spent, exposure, paused, tripped)
+
+    def _observe(self, now_s: float, spent: int, target: int) -> bool:
+        if self._last_s is None or now_s <= self._last_s:
+            return False
+        b = self.budget
+        dt = now_s - self._last_s
+        interval_target = target - b.curve.target_micros(b.daily_budget_micros, self._last_s)
+        return self.breaker.observe(now_s, dt, spent - self._last_spent, interval_target)
+
+    def _control(self, now_s: float, spent: int, target: int) -> float:
+        dt = 0.0 if self._last_s is None else max(now_s - self._last_s, 0.0)
+        self._last_s, self._last_spent = now_s, spent
+        per_second = self.budget.daily_budget_micros / DAY_S
+        return self.pid.update((spent - target) / per_second, dt)
+
+
+@dataclass(slots=True)
+class TickResult:
+    plans: list[Plan] = field(default_factory=list)
+    tripped: list[str] = field(default_factory=list)
+    """Campaigns whose breaker opened on this tick."""
+    violations: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """Campaigns with no budget state this tick (no spend figure): no lease."""
+
+
+class Reconcile:
+    """The pure reconciler: call ``tick`` once per tick with the state read this tick."""
+
+    def __init__(self, config: PacingConfig | None = None) -> None:
+        self.config = config or PacingConfig()
+        self.pacers: dict[str, CampaignPacer] = {}
+        self._lease_id = 0
+
+    def tick(
+        self,
+        now_ms: int,
+        budgets: Sequence[Budget],
+        spent: Mapping[str, int],
+        nodes: int,
+    ) -> TickResult:
+        """Plans for every campaign with a known spend; unknown spend means no lease."""
+        self._lease_id = max(self._lease_id + 1, now_ms)
+        day, result = day_of(now_ms), TickResult()
+        for budget in budgets:
+            if budget.campaign_id not in spent:
+                result.skipped.append(budget.campaign_id)
+                continue
+            plan = self._pacer(budget, day).step(
+                now_ms, spent[budget.campaign_id], nodes, self._lease_id
+            )
+            result.plans.append(plan)
+            if plan.tripped:
+                result.tripped.append(plan.campaign_id)
+            if plan.spent_micros + plan.exposure_micros > budget.daily_budget_micros:
+                result.violations.append(
+                    f"campaign {plan.campaign_id}: spent {plan.spent_micros} + leased "
+                    f"{plan.exposure_micros} > budget {budget.daily_budget_micros}"
+                )
+        return result
+
+    def _pacer(self, budget: Budget, day: int) -> CampaignPacer:
+        pacer = self.pacers.get(budget.campaign_id)
+        if pacer is None or pacer.day != day:
+            pacer = self.pacers[budget.campaign_id] = CampaignPacer(budget, self.config, day)
+        elif pacer.budget != budget:
+            pacer.budget = budget  # a budget or curve edit applies from this tick on
+        return pacer
+
+
+class SpendBook:
+    """Ledger entries applied exactly once by ledger id, summed per campaign and advertiser."""
+
+    def __init__(self) -> None:
+        self._seen: set[int] = set()
+        self.campaigns: dict[str, int] = defaultdict(int)
+        self.advertisers: dict[str, int] = defaultdict(int)
+
+    def apply(self, entries: Iterable[LedgerEntry]) -> list[LedgerEntry]:
+        """Apply the entries not seen before (in any order); returns those."""
+        fresh = []
+        for entry in entries:
+            if entry.ledger_id in self._seen:
+                continue
+            self._seen.add(entry.ledger_id)
+            self.campaigns[entry.campaign_id] += entry.cost_micros
+            self.advertisers[entry.advertiser] += entry.cost_micros
+            fresh.append(entry)
+        return fresh
+
+
+def advertiser_mismatches(
+    campaign_totals: Mapping[str, int],
+    advertiser_of: Mapping[str, str],
+    advertiser_totals: Mapping[str, int],
+) -> list[str]:
+    """Advertisers whose total differs from the sum of their campaigns' totals."""
+    sums: dict[str, int] = defaultdict(int)
+    for campaign_id, total in campaign_totals.items():
+        sums[advertiser_of.get(campaign_id, "?")] += total
+    problems = []
+    for advertiser in sorted(set(sums) | set(advertiser_totals)):
+        if sums.get(advertiser, 0) != advertiser_totals.get(advertiser, 0):
+            problems.append(
+                f"advertiser {advertiser}: campaigns sum to {sums.get(advertiser, 0)}, "
+                f"advertiser total is {advertiser_totals.get(advertiser, 0)}"
+            )
+    return problems

@@ -1,0 +1,261 @@
+"""The reconciler service: Kinesis spend stream -> DynamoDB totals -> Valkey leases.
+
+One tick (``Reconciler.tick``, every ``tick_s``, default 5 s):
+
+1. read every shard of the spend stream from its checkpoint, shards in parallel
+   threads (``KinesisReader``); undecodable records are logged, counted and skipped;
+2. apply the entries to the DynamoDB totals exactly once (``SpendTable.apply``);
+3. read the day's totals and the live nodes, run the pure tick (``pacing.reconcile``);
+4. write each live node's leases to Valkey; only then save the shard checkpoints.
+
+A tick that fails anywhere writes no leases: the nodes' leases expire two ticks later
+and spending stops (fail-closed); the next tick re-reads from the checkpoints and the
+applied-id condition refuses whatever was applied already. The circuit breaker's trips
+are logged and counted (``bidsim_pacing_breaker_trips``); invariant violations too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from botocore.exceptions import BotoCoreError, ClientError
+from prometheus_client import Counter
+from redis.exceptions import RedisError
+
+from bidder.aws import aws_client
+from bidder.campaign_store import CampaignTable, StoreError
+from bidder.campaigns import Campaign, CampaignError, campaigns_from_docs
+from bidder.clock import Clock, SystemClock
+from bidder.ledger import LedgerEntry, LedgerFormatError, decode_entry
+from pacing.curves import BUILTIN, Curve, CurveError, day_of
+from pacing.lease import Lease, expiry_ms
+from pacing.lease_store import LeaseWriter
+from pacing.reconcile import Budget, PacingConfig, Reconcile, TickResult, budget_of
+from pacing.spend_table import SpendStoreError, SpendTable
+
+log = logging.getLogger("bidsim.reconciler")
+
+DEFAULT_STREAM = "bidsim-spend"
+BREAKER_TRIPS = Counter(
+    "bidsim_pacing_breaker_trips", "Campaigns paused by the pacing circuit breaker.", ["campaign"]
+)
+TICKS = Counter("bidsim_pacing_ticks", "Reconciler ticks by outcome.", ["outcome"])
+INVARIANT_VIOLATIONS = Counter(
+    "bidsim_pacing_invariant_violations", "Invariant checks that failed (spent + leased > budget)."
+)
+BAD_RECORDS = Counter(
+    "bidsim_pacing_bad_records", "Spend stream records that are not ledger entries."
+)
+
+
+class KinesisReader:
+    """Reads new records from every shard of a stream, resuming at saved checkpoints."""
+
+    def __init__(
+        self, client: Any, stream: str, table: SpendTable, pool: ThreadPoolExecutor
+    ) -> None:
+        self._client = client
+        self.stream = stream
+        self._table = table
+        self._pool = pool
+        self._iterators: dict[str, str] = {}
+        self.positions: dict[str, str] = {}
+        """The last sequence number read per shard (saved by ``commit``)."""
+
+    def read(self) -> list[bytes]:
+        shards = [s["ShardId"] for s in self._client.list_shards(StreamName=self.stream)["Shards"]]
+        records: list[bytes] = []
+        for shard, (data, last) in zip(
+            shards, self._pool.map(self._read_shard, shards), strict=True
+        ):
+            records += data
+            if last is not None:
+                self.positions[shard] = last
+        return records
+
+    def commit(self) -> None:
+        for shard, sequence in self.positions.items():
+            self._table.save_checkpoint(self.stream, shard, sequence)
+
+    def _read_shard(self, shard: str) -> tuple[list[bytes], str | None]:
+        iterator = self._iterators.get(shard) or self._start(shard)
+        data: list[bytes] = []
+        last: str | None = None
+        for _ in range(100):  # at most 100 pages a tick; the rest waits for the next one
+            page = self._client.get_records(ShardIterator=iterator, Limit=10_000)
+            iterator = page["NextShardIterator"]
+            data += [r["Data"] for r in page["Records"]]
+            if page["Records"]:
+                last = page["Records"][-1]["SequenceNumber"]
+            if not page["Records"] or not page.get("MillisBehindLatest"):
+                break
+        self._iterators[shard] = iterator
+        return data, last
+
+    def _start(self, shard: str) -> str:
+        saved = self.positions.get(shard) or self._table.checkpoint(self.stream, shard)
+        where: dict[str, str] = {"ShardIteratorType": "TRIM_HORIZON"}
+        if saved is not None:
+            where = {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": saved}
+        answer = self._client.get_shard_iterator(StreamName=self.stream, ShardId=shard, **where)
+        return str(answer["ShardIterator"])
+
+    def forget_iterators(self) -> None:
+        """After a failed tick: restart each shard from its checkpoint next time."""
+        self._iterators.clear()
+        self.positions.clear()
+
+
+@dataclass
+class TickReport:
+    result: TickResult
+    applied: list[LedgerEntry] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    bad_records: int = 0
+
+
+class Reconciler:
+    """The I/O shell around ``pacing.reconcile.Reconcile``."""
+
+    def __init__(
+        self,
+        reader: KinesisReader,
+        table: SpendTable,
+        leases: LeaseWriter,
+        campaigns: Callable[[], Sequence[Campaign]],
+        clock: Clock,
+        config: PacingConfig | None = None,
+        curves: dict[str, Curve] | None = None,
+    ) -> None:
+        self._reader = reader
+        self._table = table
+        self._leases = leases
+        self._campaigns = campaigns
+        self._clock = clock
+        self.core = Reconcile(config)
+        self._curves = {**BUILTIN, **(curves or {})}
+
+    def tick(self) -> TickReport:
+        """One tick; raises SpendStoreError, RedisError or a boto3 error on failure."""
+        try:
+            report = self._tick()
+        except Exception:
+            self._reader.forget_iterators()
+            TICKS.labels("failed").inc()
+            raise
+        TICKS.labels("ok").inc()
+        return report
+
+    def _tick(self) -> TickReport:
+        raw = self._reader.read()
+        entries, bad = _decode(raw)
+        applied = self._table.apply(entries)
+        now_ms = self._clock.wall_ms()
+        budgets = self._budgets()
+        spent = self._table.campaign_totals(day_of(now_ms), [b.campaign_id for b in budgets])
+        nodes = self._leases.live_nodes(now_ms)
+        result = self.core.tick(now_ms, budgets, spent, len(nodes))
+        leases: dict[str, Lease] = {p.campaign_id: p.lease for p in result.plans}
+        self._leases.write(nodes, leases, expiry_ms(now_ms, self.core.config.tick_ms) - now_ms)
+        self._reader.commit()
+        self._report(result)
+        return TickReport(result, applied, nodes, bad)
+
+    def _budgets(self) -> list[Budget]:
+        budgets = []
+        for campaign in self._campaigns():
+            try:
+                budgets.append(budget_of(campaign, self._curves))
+            except CurveError as exc:
+                log.error("pacing: campaign %s gets no lease: %s", campaign.id, exc)
+        return budgets
+
+    def _report(self, result: TickResult) -> None:
+        for campaign_id in result.tripped:
+            BREAKER_TRIPS.labels(campaign_id).inc()
+            log.warning(
+                "pacing: circuit breaker paused campaign %s (spend above %gx target for %g s)",
+                campaign_id,
+                self.core.config.breaker_ratio,
+                self.core.config.breaker_window_s,
+            )
+        for problem in result.violations:
+            INVARIANT_VIOLATIONS.inc()
+            log.error("pacing: invariant violated: %s", problem)
+
+
+def _decode(raw: list[bytes]) -> tuple[list[LedgerEntry], int]:
+    entries, bad = [], 0
+    for data in raw:
+        try:
+            entries.append(decode_entry(data))
+        except LedgerFormatError as exc:
+            bad += 1
+            BAD_RECORDS.inc()
+            log.error("pacing: skipping a spend record that is not a ledger entry: %s", exc)
+    return entries, bad
+
+
+_TICK_ERRORS = (SpendStoreError, RedisError, ClientError, BotoCoreError, OSError)
+
+
+def run_reconciler(
+    reconciler: Reconciler,
+    tick_s: float,
+    stop: threading.Event,
+    clock: Clock | None = None,
+) -> None:
+    """Tick every ``tick_s`` until ``stop`` is set; a failed tick is logged, not fatal."""
+    clock = clock or SystemClock()
+    next_at = clock.monotonic()
+    while not stop.is_set():
+        try:
+            reconciler.tick()
+        except _TICK_ERRORS as exc:
+            log.error("pacing: reconciler tick failed, no new leases this tick: %s", exc)
+        next_at += tick_s
+        late = clock.monotonic() - next_at
+        if late > 0:  # skip the ticks we are behind on instead of bursting
+            next_at += (late // tick_s + 1) * tick_s
+        stop.wait(max(next_at - clock.monotonic(), 0.0))
+
+
+def build_reconciler(
+    valkey_url: str,
+    aws_endpoint: str,
+    campaigns: Callable[[], Sequence[Campaign]],
+    config: PacingConfig | None = None,
+    stream: str = DEFAULT_STREAM,
+    table_name: str = "bidsim-spend",
+    region: str = "us-east-1",
+    clock: Clock | None = None,
+    curves: dict[str, Curve] | None = None,
+) -> Reconciler:
+    """A reconciler wired to real clients (creates the spend table if missing)."""
+    table = SpendTable(aws_client("dynamodb", aws_endpoint, region), table_name)
+    table.ensure_table()
+    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kinesis")
+    reader = KinesisReader(aws_client("kinesis", aws_endpoint, region), stream, table, pool)
+    writer = LeaseWriter(redis.Redis.from_url(valkey_url, socket_timeout=2.0))
+    return Reconciler(reader, table, writer, campaigns, clock or SystemClock(), config, curves)
+
+
+def campaigns_from_store(store: CampaignTable) -> Callable[[], list[Campaign]]:
+    """A campaign source over the campaign table that keeps the last good set on errors."""
+    last: list[Campaign] = []
+
+    def load() -> list[Campaign]:
+        nonlocal last
+        try:
+            last = campaigns_from_docs(store.scan_docs())
+        except (StoreError, CampaignError) as exc:
+            log.error("pacing: campaign reload failed, keeping %d campaigns: %s", len(last), exc)
+        return last
+
+    return load

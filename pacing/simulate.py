@@ -1,0 +1,235 @@
+"""A simulated pacing day: the real controller, leases and reconciler tick, in virtual time.
+
+Theory of operation. Time moves in reconciler ticks. At each tick the pure reconciler
+(``pacing.reconcile.Reconcile``) sees the spend applied so far and writes one lease
+per node; each node installs it (``pacing.lease``) and then spends through the next
+tick interval. A node's wins in an interval are Poisson with mean
+``supply x rate``: bidding each request with probability ``rate`` and winning each
+bid independently thins a Poisson stream into a Poisson stream, so one draw per node
+per tick stands for the per-request coin flips of the live node. Each win's cost comes
+from the win-price model; the node's ``LeaseAccount`` caps what it may spend.
+
+Supply: ``supply_ratio`` is what the fleet would spend at rate 1 over what the target
+curve asks for, hour by hour when the supply curve is the target curve (``supply``
+None) or a bidstream's shape otherwise. Events (a supply step, a stalled or late
+reconciler, a runaway campaign) are switched on by ``Scenario`` fields. The same seed
+gives the same day.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+import numpy as np
+
+from bidder.ledger import cost_of
+from pacing.curves import DAY_MS, DAY_S, STANDARD, Curve
+from pacing.lease import RATE_SCALE, FleetAccounts, chunk_micros
+from pacing.reconcile import Budget, PacingConfig, Reconcile
+
+DAY0_MS = 1_767_225_600_000
+"""2026-01-01T00:00:00Z: the simulated day (any UTC midnight would do)."""
+CAMPAIGN = "sim"
+
+
+@dataclass(frozen=True, slots=True)
+class Market:
+    """The win-price model: the best competing CPM is lognormal; we pay it (second price)."""
+
+    median_cpm_micros: int = 2_000_000
+    sigma: float = 0.5
+    bid_cpm_micros: int = 2_500_000
+
+    def p_win(self) -> float:
+        z = math.log(self.bid_cpm_micros / self.median_cpm_micros) / self.sigma
+        return statistics.NormalDist().cdf(z)
+
+    def cost_table(self, size: int = 4096) -> np.ndarray:
+        """Per-impression costs (micros) at evenly spaced quantiles of the price we pay."""
+        normal, p = statistics.NormalDist(), self.p_win()
+        mu = math.log(self.median_cpm_micros)
+        cpms = (
+            math.exp(mu + self.sigma * normal.inv_cdf((i + 0.5) / size * p)) for i in range(size)
+        )
+        return np.array([cost_of(round(c)) for c in cpms], dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    budget_micros: int = 10_000_000_000
+    nodes: int = 50
+    curve: Curve = STANDARD
+    supply: Curve | None = None
+    """Shape of supply over the day; None: the target curve's shape."""
+    supply_ratio: float = 2.5
+    market: Market = Market()
+    config: PacingConfig = field(default_factory=PacingConfig)
+    seed: int = 1
+    pacing: bool = True
+    """False: the ASAP baseline (rate 1 always; leases still apply)."""
+    expected_values: bool = False
+    """Spend the expected value instead of drawing (a noise-free control response)."""
+    start_s: float = 0.0
+    end_s: float = DAY_S
+    step_at_s: float | None = None
+    step_factor: float = 1.0
+    stall_at_s: float | None = None
+    """The reconciler stops for good at this instant."""
+    late_at_s: float | None = None
+    late_ticks: int = 1
+    """Ticks skipped from ``late_at_s``; the next tick comes that much late."""
+    runaway_at_s: float | None = None
+    runaway_factor: float = 4.0
+    """From ``runaway_at_s`` nodes ignore the rate and supply grows by this factor."""
+
+    @property
+    def chunk(self) -> int:
+        cfg = self.config
+        return cfg.chunk_micros or chunk_micros(
+            self.budget_micros, self.nodes, cfg.chunk_periods_per_day
+        )
+
+
+@dataclass
+class Trace:
+    """What happened, tick by tick (index k covers the interval after tick k)."""
+
+    scenario: Scenario
+    t_s: np.ndarray
+    spend: np.ndarray
+    """Micros spent by the fleet in the interval after each tick."""
+    rate: np.ndarray
+    """The pacing rate in force during that interval."""
+    node_spend_after_last_tick: np.ndarray | None = None
+    """With a stall: what each node spent from the reconciler's last tick on."""
+    last_spend_s: float | None = None
+    tripped_at_s: float | None = None
+    violations: list[str] = field(default_factory=list)
+
+    @cached_property
+    def cum(self) -> np.ndarray:
+        start = self.scenario.curve.target_micros(self.scenario.budget_micros, self.t_s[0])
+        return start + np.cumsum(self.spend)
+
+    def target_at(self, second: float) -> int:
+        return self.scenario.curve.target_micros(self.scenario.budget_micros, second)
+
+    def spent_by(self, second: float) -> int:
+        """Cumulative spend by ``second`` (a tick boundary)."""
+        n = int(np.searchsorted(self.t_s, second - 1e-9))
+        base = self.target_at(self.t_s[0])
+        return int(base + self.spend[:n].sum())
+
+
+Progress = Callable[[int], None]
+
+
+def run(sc: Scenario, progress: Progress | None = None) -> Trace:
+    """Simulate ``sc`` from ``start_s`` to ``end_s``; ``progress(ticks)`` now and then."""
+    return _Day(sc).run(progress)
+
+
+class _Day:
+    def __init__(self, sc: Scenario) -> None:
+        self.sc = sc
+        self.tick_s = sc.config.tick_s
+        self.rng = np.random.default_rng(sc.seed)
+        self.costs = sc.market.cost_table()
+        self.mean_cost = float(self.costs.mean())
+        self.reconcile = Reconcile(sc.config)
+        self.budget = Budget(CAMPAIGN, "sim-advertiser", sc.budget_micros, sc.curve)
+        self.supply = sc.supply or sc.curve
+        self.fleet = FleetAccounts(sc.nodes)
+        self.applied = sc.curve.target_micros(sc.budget_micros, sc.start_s)
+
+    def run(self, progress: Progress | None) -> Trace:
+        sc = self.sc
+        ticks = np.arange(sc.start_s, sc.end_s - 1e-9, self.tick_s)
+        spend = np.zeros(len(ticks), dtype=np.int64)
+        rates = np.zeros(len(ticks))
+        trace = Trace(sc, ticks, spend, rates)
+        after_stall = np.zeros(sc.nodes, dtype=np.int64)
+        for k, now_s in enumerate(ticks.tolist()):
+            if self._reconciler_runs(now_s):
+                self._tick(now_s, trace)
+            node_spend, rates[k] = self._spend(now_s)
+            spend[k] = node_spend.sum()
+            self.applied += int(spend[k])
+            if sc.stall_at_s is not None and now_s >= sc.stall_at_s - self.tick_s - 1e-9:
+                after_stall += node_spend
+            if spend[k] > 0:
+                trace.last_spend_s = now_s + self.tick_s
+            if progress is not None and k % 1000 == 999:
+                progress(1000)
+        if sc.stall_at_s is not None:
+            trace.node_spend_after_last_tick = after_stall
+        return trace
+
+    def _reconciler_runs(self, now_s: float) -> bool:
+        sc = self.sc
+        if sc.stall_at_s is not None and now_s >= sc.stall_at_s:
+            return False
+        late = sc.late_at_s
+        return late is None or not late <= now_s < late + sc.late_ticks * self.tick_s
+
+    def _tick(self, now_s: float, trace: Trace) -> None:
+        now_ms = DAY0_MS + round(now_s * 1000)
+        result = self.reconcile.tick(now_ms, [self.budget], {CAMPAIGN: self.applied}, self.sc.nodes)
+        plan = result.plans[0]
+        trace.violations.extend(result.violations)
+        if plan.tripped:
+            trace.tripped_at_s = now_s
+        self.fleet.install(plan.lease)
+
+    def _spend(self, now_s: float) -> tuple[np.ndarray, float]:
+        """Each node's spend in the interval after ``now_s``, and the rate it bid at."""
+        sc = self.sc
+        now_ms = DAY0_MS + round(now_s * 1000)
+        lease = self.fleet.lease
+        if lease is None or not self.fleet.live(now_ms):
+            return np.zeros(sc.nodes, dtype=np.int64), 0.0
+        rate = lease.rate_ppm / RATE_SCALE if sc.pacing else 1.0
+        full = self._full_rate_spend(now_s)
+        if sc.runaway_at_s is not None and now_s >= sc.runaway_at_s:
+            rate, full = 1.0, full * sc.runaway_factor
+        return self.fleet.spend_up_to(self._draw(full * rate / sc.nodes), now_ms), rate
+
+    def _full_rate_spend(self, now_s: float) -> float:
+        """Expected fleet spend at rate 1 in the interval after ``now_s``."""
+        sc = self.sc
+        share = self.supply.share_at(now_s + self.tick_s) - self.supply.share_at(now_s)
+        factor = sc.step_factor if sc.step_at_s is not None and now_s >= sc.step_at_s else 1.0
+        return sc.supply_ratio * sc.budget_micros * share * factor
+
+    def _draw(self, per_node_micros: float) -> np.ndarray:
+        """Each node's cost of wins for an expected ``per_node_micros``."""
+        nodes = self.sc.nodes
+        if self.sc.expected_values:
+            return np.full(nodes, round(per_node_micros), dtype=np.int64)
+        wins = self.rng.poisson(per_node_micros / self.mean_cost, nodes)
+        total = int(wins.sum())
+        if total == 0:
+            return np.zeros(nodes, dtype=np.int64)
+        costs = self.costs[self.rng.integers(0, len(self.costs), total)]
+        running = np.concatenate(([0], np.cumsum(costs)))
+        return np.diff(running[np.concatenate(([0], np.cumsum(wins)))])
+
+
+def timed_run(sc: Scenario, progress: Progress | None = None) -> tuple[Trace, float]:
+    """``run`` and its wall time in seconds (for reports and benchmarks, not tests)."""
+    began = time.perf_counter()
+    trace = run(sc, progress)
+    return trace, time.perf_counter() - began
+
+
+def window(sc: Scenario, at_s: float, before_s: float, after_s: float) -> Scenario:
+    """The scenario cut to a window around ``at_s`` (warm-up before, watch after)."""
+    return replace(sc, start_s=max(at_s - before_s, 0.0), end_s=min(at_s + after_s, DAY_S))
+
+
+__all__ = ["DAY0_MS", "DAY_MS", "Market", "Scenario", "Trace", "run", "timed_run", "window"]

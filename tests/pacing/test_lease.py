@@ -1,0 +1,101 @@
+"""Lease logic: chunk size, grants, expiry, node-side accounting."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pacing.breaker import Breaker
+from pacing.lease import (
+    FleetAccounts,
+    Lease,
+    LeaseAccount,
+    LeaseBook,
+    LeaseFormatError,
+    chunk_micros,
+    expiry_ms,
+    grant_per_node,
+    install,
+)
+
+
+def test_default_chunk_is_the_design_cards_69_cents() -> None:
+    assert chunk_micros(10_000_000_000, 50) == 694_444
+
+
+def test_lease_expires_after_two_missed_ticks() -> None:
+    lease = Lease(1, 100, expiry_ms(1_000, 5_000), 500_000)
+    account = LeaseAccount(lease)
+    assert account.covers(1, 10_999)
+    assert not account.covers(1, 11_000)
+
+
+@given(
+    st.integers(1, 10**12), st.integers(0, 10**12), st.integers(0, 10**12),
+    st.integers(0, 500), st.integers(1, 10**9),
+)  # fmt: skip
+def test_grants_never_exceed_the_budget(
+    budget: int, spent: int, exposure: int, nodes: int, chunk: int
+) -> None:
+    each = grant_per_node(budget, spent, exposure, nodes, chunk)
+    assert 0 <= each <= chunk
+    if each:
+        assert spent + exposure + each * nodes <= budget
+
+
+def test_lease_encoding_round_trips_and_refuses_garbage() -> None:
+    lease = Lease(7, 694_444, 1_767_225_610_000, 400_000)
+    assert Lease.decode(lease.encode().encode()) == lease
+    for bad in ("1:2:3", "a:b:c:d", "1:2:3:2000000"):
+        with pytest.raises(LeaseFormatError):
+            Lease.decode(bad)
+
+
+def test_the_chunk_must_cover_the_bound() -> None:
+    account = LeaseAccount(Lease(1, 1_000, 10_000, 1_000_000))
+    account.debit(990)
+    assert account.covers(10, 0) and not account.covers(11, 0)
+
+
+def test_reinstalling_the_same_lease_keeps_its_spend() -> None:
+    lease = Lease(1, 1_000, 10_000, 1_000_000)
+    accounts = install({}, {"c": lease})
+    accounts["c"].debit(600)
+    assert install(accounts, {"c": lease})["c"].spent == 600
+    assert install(accounts, {"c": Lease(2, 1_000, 15_000, 1_000_000)})["c"].spent == 0
+    assert install(accounts, {}) == {}
+
+
+def test_fleet_accounts_cap_each_node_at_its_lease() -> None:
+    fleet = FleetAccounts(3)
+    fleet.install(Lease(1, 100, 10_000, 1_000_000))
+    got = fleet.spend_up_to(np.array([30, 150, 0]), 0)
+    assert got.tolist() == [30, 100, 0]
+    assert fleet.spend_up_to(np.array([100, 100, 100]), 0).tolist() == [70, 0, 100]
+    assert fleet.spend_up_to(np.array([1, 1, 1]), 10_000).tolist() == [0, 0, 0]
+
+
+def test_lease_book_counts_exposure_until_expiry() -> None:
+    book = LeaseBook()
+    book.record(1, 10, 5, expires_ms=10_000)
+    book.record(2, 10, 5, expires_ms=15_000)
+    assert book.exposure(9_999) == 100
+    assert book.exposure(10_000) == 50
+    assert book.exposure(15_000) == 0
+
+
+def test_breaker_trips_after_a_full_window_over_ratio() -> None:
+    breaker = Breaker(ratio=3.0, window_s=60.0)
+    tripped = [breaker.observe(5.0 * k, 5.0, spend=400, target=100) for k in range(1, 13)]
+    assert tripped == [False] * 11 + [True]
+    assert breaker.open
+
+
+def test_breaker_forgets_a_burst_that_ends() -> None:
+    breaker = Breaker(ratio=3.0, window_s=60.0)
+    for k in range(1, 12):
+        breaker.observe(5.0 * k, 5.0, spend=400, target=100)
+    breaker.observe(60.0, 5.0, spend=100, target=100)
+    assert not any(breaker.observe(60.0 + 5 * k, 5.0, 400, 100) for k in range(1, 12))

@@ -1,0 +1,136 @@
+"""The node pacer: admission at bid time, debits, fail-closed refreshes (real Valkey)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import pytest_asyncio
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from bidder.clock import ManualClock
+from bidder.nobid import NoBid
+from pacing.lease import Lease
+from pacing.lease_store import LeaseReader, LeaseWriter, leases_key
+from pacing.node import NodePacer, refresh_once
+
+T0 = 1_767_225_600_000
+
+
+def _pacer(draw: float = 0.0) -> tuple[NodePacer, ManualClock]:
+    clock = ManualClock(start_wall_ms=T0)
+    return NodePacer("n1", clock, rng=lambda: draw), clock
+
+
+def test_nothing_bids_before_the_first_refresh() -> None:
+    pacer, _ = _pacer()
+    assert pacer.admit("c1", 10) is NoBid.BUDGET_UNAVAILABLE
+
+
+def test_a_campaign_without_a_lease_is_skipped() -> None:
+    pacer, _ = _pacer()
+    pacer.install({})
+    assert pacer.admit("c1", 10) is NoBid.NO_LEASE
+
+
+def test_a_live_lease_with_room_admits() -> None:
+    pacer, _ = _pacer(draw=0.3)
+    pacer.install({"c1": Lease(1, 1_000, T0 + 10_000, 400_000)})
+    assert pacer.admit("c1", 10) is None
+
+
+def test_the_rate_is_a_bid_probability() -> None:
+    pacer, _ = _pacer(draw=0.4)
+    pacer.install({"c1": Lease(1, 1_000, T0 + 10_000, 400_000)})
+    assert pacer.admit("c1", 10) is NoBid.PACED
+
+
+def test_an_expired_lease_stops_spending() -> None:
+    pacer, clock = _pacer()
+    pacer.install({"c1": Lease(1, 1_000, T0 + 10_000, 1_000_000)})
+    clock.advance(10.0)
+    assert pacer.admit("c1", 10) is NoBid.NO_LEASE
+
+
+def test_billed_cost_uses_up_the_chunk() -> None:
+    pacer, _ = _pacer()
+    pacer.install({"c1": Lease(1, 1_000, T0 + 10_000, 1_000_000)})
+    pacer.debit("c1", 995)
+    assert pacer.admit("c1", 5) is None
+    assert pacer.admit("c1", 6) is NoBid.NO_LEASE
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"test-pacing-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def writer(valkey_url: str, prefix: str) -> Iterator[LeaseWriter]:
+    client = redis.Redis.from_url(valkey_url)
+    yield LeaseWriter(client, prefix)
+    client.close()
+
+
+@pytest_asyncio.fixture
+async def aclient(valkey_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(valkey_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.mark.asyncio
+async def test_leases_written_by_the_reconciler_reach_the_node(
+    writer: LeaseWriter, aclient: aioredis.Redis, prefix: str
+) -> None:
+    pacer, clock = _pacer()
+    reader = LeaseReader(aclient, "node-a", 15_000, prefix)
+    assert await refresh_once(pacer, reader, clock)
+    assert writer.live_nodes(T0) == ["node-a"]
+    lease = Lease(1, 694_444, T0 + 10_000, 500_000)
+    writer.write(["node-a"], {"c1": lease, "c2": lease}, 10_000)
+    await refresh_once(pacer, reader, clock)
+    assert pacer.admit("c1", 1_000) is None and pacer.remaining("c2") == 694_444
+
+
+@pytest.mark.asyncio
+async def test_a_node_that_stops_heartbeating_is_not_live(
+    writer: LeaseWriter, aclient: aioredis.Redis, prefix: str
+) -> None:
+    pacer, clock = _pacer()
+    await refresh_once(pacer, LeaseReader(aclient, "node-b", 15_000, prefix), clock)
+    assert writer.live_nodes(T0 + 14_999) == ["node-b"]
+    assert writer.live_nodes(T0 + 15_000) == []
+
+
+def test_lease_hashes_expire_with_their_leases(
+    writer: LeaseWriter, valkey_url: str, prefix: str
+) -> None:
+    writer.write(["node-c"], {"c1": Lease(1, 5, T0 + 10_000, 1)}, 10_000)
+    with redis.Redis.from_url(valkey_url) as client:
+        assert 0 < client.pttl(leases_key("node-c", prefix)) <= 10_000
+
+
+@pytest.mark.asyncio
+async def test_unreadable_budget_state_means_no_spend() -> None:
+    from bidder.stack import free_port
+
+    dead = aioredis.Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    pacer, clock = _pacer()
+    pacer.install({"c1": Lease(1, 1_000, T0 + 10_000, 1_000_000)})
+    assert not await refresh_once(pacer, LeaseReader(dead, "node-d"), clock)
+    assert pacer.admit("c1", 1) is NoBid.BUDGET_UNAVAILABLE
+    await dead.aclose()
+
+
+def test_pacing_keys_of_one_node_share_a_slot() -> None:
+    from redis.crc import key_slot
+
+    from pacing.lease_store import leases_key, live_nodes_key
+
+    assert key_slot(leases_key("n1").encode()) == key_slot(b"{node:n1}")
+    assert key_slot(live_nodes_key().encode()) == key_slot(b"{nodes}")

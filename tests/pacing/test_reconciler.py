@@ -1,0 +1,191 @@
+"""The reconciler against moto Kinesis + DynamoDB and the real Valkey."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import redis
+
+from bidder.aws import aws_client
+from bidder.campaigns import Campaign, Creative
+from bidder.clock import ManualClock
+from bidder.ledger import LedgerEntry, cost_of
+from bidder.nobid import NoBid
+from pacing.curves import day_of
+from pacing.lease import Lease, chunk_micros
+from pacing.lease_store import LeaseWriter, decode_leases, leases_key, live_nodes_key
+from pacing.node import NodePacer
+from pacing.reconcile import PacingConfig
+from pacing.reconciler import KinesisReader, Reconciler
+from pacing.spend_table import SpendTable
+
+T0 = 1_767_268_800_000  # 2026-01-01 12:00 UTC
+BUDGET = 10_000_000_000
+CREATIVE = Creative("cr", "banner", "<b/>", ("a.example",), 300, 250)
+
+
+def _campaign(cid: str, advertiser: str) -> Campaign:
+    return Campaign(cid, advertiser, BUDGET, 2_000_000, 5_000_000, (CREATIVE,))
+
+
+CAMPAIGNS = [_campaign("c1", "adv1"), _campaign("c2", "adv1"), _campaign("c3", "adv2")]
+
+
+@pytest.fixture
+def stream(aws_endpoint: str) -> Iterator[tuple[Any, str]]:
+    client = aws_client("kinesis", aws_endpoint)
+    name = f"spend-{uuid.uuid4().hex[:8]}"
+    client.create_stream(StreamName=name, ShardCount=2)
+    client.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 0.2})
+    yield client, name
+    client.delete_stream(StreamName=name)
+
+
+@pytest.fixture
+def table(aws_endpoint: str) -> SpendTable:
+    spend = SpendTable(aws_client("dynamodb", aws_endpoint), f"spend-{uuid.uuid4().hex[:8]}")
+    spend.ensure_table()
+    return spend
+
+
+@pytest.fixture
+def valkey(valkey_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(valkey_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def world(
+    stream: tuple[Any, str], table: SpendTable, valkey: redis.Redis
+) -> Iterator[dict[str, Any]]:
+    client, name = stream
+    prefix = f"test-rec-{uuid.uuid4().hex[:8]}"
+    clock = ManualClock(start_wall_ms=T0)
+    for node in ("n1", "n2"):
+        valkey.zadd(live_nodes_key(prefix), {node: T0 + 3_600_000})
+    with ThreadPoolExecutor(2) as pool:
+
+        def make() -> Reconciler:
+            reader = KinesisReader(client, name, table, pool)
+            writer = LeaseWriter(valkey, prefix)
+            return Reconciler(reader, table, writer, lambda: CAMPAIGNS, clock, PacingConfig())
+
+        yield {"make": make, "kinesis": client, "stream": name, "table": table,
+               "clock": clock, "prefix": prefix}  # fmt: skip
+
+
+def _entries(n: int, seed: int = 7) -> list[LedgerEntry]:
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        campaign = CAMPAIGNS[rnd.randrange(3)]
+        price = rnd.randrange(500_000, 5_000_000)
+        ids = (f"imp{i}", f"bid{i}")
+        cost = cost_of(price)
+        entry = LedgerEntry(10_000 + i, "win", campaign.id, campaign.advertiser, "cr", *ids,
+                            price, cost, 1, T0 - 1000)  # fmt: skip
+        out.append(entry)
+    return out
+
+
+def _put(world: dict[str, Any], entries: list[LedgerEntry]) -> None:
+    for start in range(0, len(entries), 500):
+        world["kinesis"].put_records(
+            StreamName=world["stream"],
+            Records=[
+                {"Data": e.encode(), "PartitionKey": e.campaign_id}
+                for e in entries[start : start + 500]
+            ],
+        )
+
+
+def test_duplicated_and_reordered_entries_are_applied_exactly_once(world: dict[str, Any]) -> None:
+    entries = _entries(200)
+    noisy = entries + entries[::3] + entries[50:80]
+    random.Random(1).shuffle(noisy)
+    _put(world, noisy)
+    report = world["make"]().tick()
+    assert len(report.applied) == 200
+    _assert_totals_match(world["table"], entries)
+
+
+def test_a_restarted_reconciler_resumes_and_refuses_replays(world: dict[str, Any]) -> None:
+    entries = _entries(120)
+    _put(world, entries[:80])
+    world["make"]().tick()
+    _put(world, entries[40:])  # 40 replays + 40 new
+    fresh = world["make"]()  # a new process: resumes from the checkpoints
+    assert len(fresh.tick().applied) == 40
+    _assert_totals_match(world["table"], entries)
+
+
+def test_the_ledger_sums_match_per_advertiser(world: dict[str, Any]) -> None:
+    entries = _entries(90)
+    _put(world, entries + entries[:30])
+    world["make"]().tick()
+    day = day_of(T0)
+    want: dict[str, int] = {}
+    for e in entries:
+        want[e.advertiser] = want.get(e.advertiser, 0) + e.cost_micros
+    assert world["table"].applied_sums(day) == want
+    assert world["table"].advertiser_totals(day, ["adv1", "adv2"]) == want
+
+
+def test_leases_reach_every_live_node_and_respect_the_budget(
+    world: dict[str, Any], valkey: redis.Redis
+) -> None:
+    report = world["make"]().tick()
+    assert report.result.violations == [] and sorted(report.nodes) == ["n1", "n2"]
+    leases = decode_leases(valkey.hgetall(leases_key("n1", world["prefix"])))
+    assert set(leases) == {"c1", "c2", "c3"}
+    assert leases["c1"].amount_micros == chunk_micros(BUDGET, 2)
+    for plan in report.result.plans:
+        assert plan.spent_micros + plan.exposure_micros <= BUDGET
+
+
+def test_a_stalled_reconciler_stops_spending_after_two_ticks(
+    world: dict[str, Any], valkey: redis.Redis
+) -> None:
+    reconciler, clock = world["make"](), world["clock"]
+    reconciler.tick()
+    node = NodePacer("n1", clock, rng=lambda: 0.0)
+    raw = valkey.hgetall(leases_key("n1", world["prefix"]))
+    node.install(decode_leases(raw))
+    chunk = node.remaining("c1")
+    assert chunk is not None
+    spent = 0
+    while node.admit("c1", 1_000) is None and spent < 10 * chunk:
+        node.debit("c1", 1_000)
+        spent += 1_000
+    assert spent <= chunk  # the reconciler is gone: the chunk is all it may spend
+    node.install({"c2": Lease.decode(raw[b"c2"])})
+    clock.advance(10.0)  # two missed ticks
+    assert node.admit("c2", 1) is NoBid.NO_LEASE
+
+
+def test_undecodable_records_are_skipped_and_counted(world: dict[str, Any]) -> None:
+    world["kinesis"].put_record(StreamName=world["stream"], Data=b"nope", PartitionKey="x")
+    _put(world, _entries(5))
+    report = world["make"]().tick()
+    assert report.bad_records == 1 and len(report.applied) == 5
+
+
+def _assert_totals_match(table: SpendTable, entries: list[LedgerEntry]) -> None:
+    want = {c.id: 0 for c in CAMPAIGNS}
+    for e in entries:
+        want[e.campaign_id] += e.cost_micros
+    assert table.campaign_totals(day_of(T0), list(want)) == want
+    assert sum(want.values()) == sum(e.cost_micros for e in entries)
+
+
+def test_config_problems_are_named() -> None:
+    assert PacingConfig(tick_s=0.0).problems()
+    assert replace(PacingConfig(), breaker_ratio=0.5).problems()
+    assert PacingConfig().problems() == []

@@ -1,0 +1,68 @@
+"""Acceptance on the standard scenario: $10,000, 50 nodes, 5 s ticks, standard curve, seed 1."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from pacing.report import day_report
+from pacing.simulate import Scenario, run, window
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    return day_report(Scenario())
+
+
+def test_end_of_day_spend_is_98_to_100_percent(report: dict[str, Any]) -> None:
+    assert 0.98 <= report["eod_spend_ratio"] <= 1.0
+    assert report["over_budget_micros"] == 0
+
+
+def test_cumulative_spend_is_within_3_percent_every_hour(report: dict[str, Any]) -> None:
+    assert report["max_cum_error_ratio"] <= 0.03
+
+
+def test_hourly_spend_is_in_band_in_90_percent_of_hours(report: dict[str, Any]) -> None:
+    assert report["hours_in_band_ratio"] >= 0.90
+
+
+def test_back_in_band_within_30_steps_after_a_50_percent_supply_step(
+    report: dict[str, Any],
+) -> None:
+    assert report["step_up_steps"] is not None and report["step_up_steps"] <= 30
+    assert report["step_down_steps"] is not None and report["step_down_steps"] <= 30
+
+
+def test_a_late_tick_overspends_at_most_nodes_times_chunk(report: dict[str, Any]) -> None:
+    assert 0 < report["late_tick_overspend_micros"] <= 50 * report["chunk_micros"]
+
+
+def test_a_stalled_reconciler_overspends_at_most_two_chunks_per_node_then_stops(
+    report: dict[str, Any],
+) -> None:
+    assert 0 < report["stall_overspend_chunks_per_node"] <= 2.0
+    assert report["stall_spend_stopped_after_s"] <= 2 * 5.0
+
+
+def test_the_breaker_pauses_a_runaway_within_60_simulated_seconds(
+    report: dict[str, Any],
+) -> None:
+    assert report["breaker_seconds"] is not None and report["breaker_seconds"] <= 60.0
+
+
+def test_the_asap_baseline_runs_out_early(report: dict[str, Any]) -> None:
+    assert report["asap_eod_hour"] is not None and report["asap_eod_hour"] < 20.0
+    assert report["asap_max_cum_error_ratio"] > report["max_cum_error_ratio"]
+
+
+def test_the_invariant_holds_all_day(report: dict[str, Any]) -> None:
+    assert report["invariant_violations"] == 0
+
+
+def test_same_seed_same_day() -> None:
+    sc = window(Scenario(), 43_200.0, 600.0, 600.0)
+    assert run(sc).spend.tolist() == run(sc).spend.tolist()
+    assert run(sc).spend.tolist() != run(replace(sc, seed=2)).spend.tolist()
