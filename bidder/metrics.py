@@ -32,3 +32,48 @@ CAMPAIGN_REFRESHES = Counter(
 INTERNAL_ERRORS = Counter("bidsim_internal_errors", "Bugs caught on the bid path (answered 204).")
 
 NOBID_BY_REASON = {reason: NOBIDS.labels(reason.value) for reason in NoBid}
+
+# Stage 5: the profile cache (bidder.profiles). Hit rate = hit / (hit + miss).
+PROFILE_LOOKUPS = Counter(
+    "bidsim_profile_lookups", "Profile cache lookups on the bid path by result.", ["result"]
+)
+PROFILE_FILLS = Counter(
+    "bidsim_profile_fills",
+    "Background profile fills by outcome (found, absent, error, dropped).",
+    ["outcome"],
+)
+PROFILE_FILL_LATENCY = Histogram(
+    "bidsim_profile_fill_seconds",
+    "Miss latency: from a cache miss to its background DynamoDB read finishing.",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+
+# --- ids, notices and the ledger (issue 6) ------------------------------------------
+NOTICES_REJECTED = Counter(
+    "bidsim_notices_rejected", "Notices refused with a 400, by kind and reason.", ["kind", "reason"]
+)
+CLOCK_BACKWARDS = Counter(
+    "bidsim_clock_backwards", "Wall clock steps back seen by the id generator.", ["action"]
+)
+ID_LEASE_LOSSES = Counter("bidsim_id_lease_losses", "Snowflake worker id leases lost.")
+IDS_UNAVAILABLE = Counter(
+    "bidsim_ids_unavailable", "Bids dropped (204) because no Snowflake id could be issued."
+)
+LEDGER_ENTRIES = Counter(
+    "bidsim_ledger_entries", "Ledger entries by stage: spooled, streamed, archived.", ["stage"]
+)
+SPOOL_DEPTH = Gauge(
+    "bidsim_spool_depth",
+    "Ledger entries on disk not yet accepted by the spend stream.",
+    multiprocess_mode="livesum",
+)
+STREAM_ERRORS = Counter("bidsim_spend_stream_errors", "Failed spend stream puts (retried).")
+ARCHIVE_ERRORS = Counter("bidsim_archive_errors", "Failed ledger archive uploads (retried).")
+SINK_ERRORS = Counter(
+    "bidsim_impression_sink_errors", "Errors raised by impression sinks (logged).", ["sink"]
+)
+
+# Stage 2: partner protection. ``ssp`` is a configured partner's name or "other".
+PARTNER_REQUESTS = Counter(
+    "bidsim_partner_requests", "Bid requests per partner by rate-limit outcome.", ["ssp", "outcome"]
+)

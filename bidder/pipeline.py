@@ -7,9 +7,9 @@ design's hot path, cheapest first, because ~97% of requests end in a no-bid and
 the cheapest stage that can decide should:
 
     1. parse + shape check          bidder.openrtb (before the pipeline: it makes ctx)
-    2. partner rate limit           (issue: supply chain, consent and partner protection)
-    3. eligibility                  bidder.eligibility
-    4. supply chain + consent       (issue: supply chain, consent and partner protection)
+    2. partner rate limit           bidder.ratelimit
+    3. consent, then eligibility    bidder.consent, bidder.eligibility
+    4. supply chain                 bidder.schain (caches: bidder.supply_files)
     5. identity + profile           (issue: scoring and pricing)
     6. budget / pacing              (issue: budget pacing)
     7. frequency cap                (issue: frequency capping on Valkey)
@@ -59,6 +59,8 @@ class Context:
     """Monotonic time at receipt."""
     candidates: list[Candidate] = field(default_factory=list)
     priced: list[PricedCandidate] = field(default_factory=list)
+    personalize: bool = True
+    """False when consent or privacy signals forbid using the person's identity."""
     user_key: str | None = None
     """Stage 5's one key for this person (``bidder.identity``); None when anonymous."""
     household_key: str | None = None

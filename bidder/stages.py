@@ -1,16 +1,49 @@
-"""The pipeline stages that exist today, each a thin adapter over pure logic."""
+"""The pipeline stages, each a thin adapter over pure logic, in hot-path order."""
 
 from __future__ import annotations
 
+from bidder import metrics
 from bidder.campaign_book import CampaignBook
-from bidder.eligibility import EligibilityPolicy, select
+from bidder.consent import ConsentPolicy, evaluate
+from bidder.eligibility import Candidate, EligibilityPolicy, select
+from bidder.ledger import cost_of
 from bidder.nobid import NoBid
 from bidder.pipeline import Context, PricedCandidate
 from bidder.pricing import base_price
+from bidder.ratelimit import RateLimiter
+from bidder.schain import apply_policy, verify
+from bidder.supply_files import SupplyCache
+from pacing import NodePacer
+
+
+class RateLimitStage:
+    """Stage 2: each SSP's token bucket; an SSP over its quota gets a 204 at once."""
+
+    def __init__(self, limiter: RateLimiter):
+        self._limiter = limiter
+
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        allowed = self._limiter.allow(ctx.ssp)
+        metrics.PARTNER_REQUESTS.labels(
+            self._limiter.label(ctx.ssp), "allowed" if allowed else "throttled"
+        ).inc()
+        return None if allowed else NoBid.THROTTLED
+
+
+class ConsentStage:
+    """Stage 3a: COPPA, GDPR (TCF v2), US privacy; may allow only a contextual bid."""
+
+    def __init__(self, policy: ConsentPolicy):
+        self._policy = policy
+
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        privacy = evaluate(ctx.request, self._policy)
+        ctx.personalize = privacy.personalize
+        return privacy.reason
 
 
 class EligibilityStage:
-    """Stage 3: the in-memory campaign index narrows to candidates."""
+    """Stage 3b: the in-memory campaign index narrows to candidates."""
 
     def __init__(self, book: CampaignBook, policy: EligibilityPolicy):
         self._book = book
@@ -22,6 +55,54 @@ class EligibilityStage:
             return result
         ctx.candidates = result
         return None
+
+
+class SupplyChainStage:
+    """Stage 4: one schain/ads.txt verdict per request, applied per campaign policy."""
+
+    def __init__(self, cache: SupplyCache):
+        self._cache = cache
+
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        request = ctx.request
+        verdict = verify(request.schain, request.domain, request.bundle, self._cache.files)
+        result = apply_policy(ctx.candidates, verdict)
+        if isinstance(result, NoBid):
+            return result
+        ctx.candidates = result
+        return None
+
+
+# When every candidate is refused, the reason reported is the most telling one.
+_PACING_SEVERITY = (NoBid.BUDGET_UNAVAILABLE, NoBid.NO_LEASE, NoBid.PACED)
+
+
+class PacingStage:
+    """Stage 6: each campaign spends only from this node's lease, at its pacing rate.
+
+    One decision per campaign per request (the pacing draw must not be repeated for
+    each imp or creative). The bound checked against the lease is the most one
+    impression can cost: the price is not known until stage 8.
+    """
+
+    def __init__(self, pacer: NodePacer):
+        self._pacer = pacer
+
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        decided: dict[str, NoBid | None] = {}
+        kept: list[Candidate] = []
+        for candidate in ctx.candidates:
+            campaign = candidate.campaign
+            if campaign.id not in decided:
+                bound = cost_of(campaign.max_bid_cpm_micros)
+                decided[campaign.id] = self._pacer.admit(campaign.id, bound)
+            if decided[campaign.id] is None:
+                kept.append(candidate)
+        ctx.candidates = kept
+        if kept:
+            return None
+        reasons = set(decided.values())
+        return next((r for r in _PACING_SEVERITY if r in reasons), NoBid.NO_CAMPAIGNS)
 
 
 class PriceStage:

@@ -1,0 +1,88 @@
+"""Stage 8's work for one request: score in one batch, then price every candidate.
+
+Candidates of campaigns with a ``click_value_micros`` are *scored*: their feature rows
+go to the model in one predict call, and each is priced by ``models.price`` (value x
+P(click), capped by the max bid, floor respected, shaded in first-price auctions).
+Campaigns without a click value keep the base bid (``bidder.pricing.base_price``) and
+cost the model nothing. A candidate whose price would be under the floor is dropped.
+
+Any fault while building features, predicting or pricing is raised as
+``ScoringError``, which the stage turns into a SCORE_ERROR no-bid (a 204, never a 5xx).
+The model is read from the ``ModelHandle`` once per request, so a reload in between
+changes whole requests only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from bidder.clock import Clock
+from bidder.eligibility import Candidate
+from bidder.openrtb import BidRequest
+from bidder.pricing import base_price
+from bidder.profiles import Profile
+from models import features
+from models.price import bid_price, impression_value
+from models.scorer import MAX_BATCH, ModelHandle, ScoringError
+
+
+class Pricer:
+    def __init__(self, model: ModelHandle, clock: Clock, shading: bool = True) -> None:
+        """``shading`` False bids the ceiling in first-price auctions too."""
+        self.model = model
+        self._clock = clock
+        self._shading = shading
+        self._rows = np.empty((MAX_BATCH, features.WIDTH), dtype=np.float64)
+
+    def price(
+        self,
+        request: BidRequest,
+        ssp: str,
+        profile: Profile | None,
+        candidates: Sequence[Candidate],
+    ) -> list[tuple[Candidate, int]]:
+        """(candidate, CPM price in micros) for each candidate worth a bid, in order.
+
+        Raises ScoringError when the model or the pricing fails.
+        """
+        scored = [c for c in candidates if c.campaign.click_value_micros is not None]
+        scored_prices = iter(self._scored_prices(request, ssp, profile, scored) if scored else ())
+        out = []
+        for candidate in candidates:
+            if candidate.campaign.click_value_micros is None:
+                price = base_price(candidate)
+            else:
+                price = next(scored_prices)  # scored keeps the candidates' order
+            if price is not None:
+                out.append((candidate, price))
+        return out
+
+    def _scored_prices(
+        self,
+        request: BidRequest,
+        ssp: str,
+        profile: Profile | None,
+        scored: list[Candidate],
+    ) -> list[int | None]:
+        scorer = self.model.current
+        win_rate = scorer.win_rate if self._shading else None
+        try:
+            buffer = self._rows if len(scored) <= MAX_BATCH else None
+            rows = features.build_rows(request, ssp, profile, scored, self._clock.wall_ms(), buffer)
+            p_clicks = scorer.predict(rows)
+            return [
+                bid_price(
+                    impression_value(c.campaign.click_value_micros or 0, p),
+                    c.imp.bidfloor_micros,
+                    c.campaign.max_bid_cpm_micros,
+                    request.at,
+                    win_rate,
+                )
+                for c, p in zip(scored, p_clicks, strict=True)
+            ]
+        except ScoringError:
+            raise
+        except Exception as exc:  # any fault in our own code: a typed no-bid, not a 5xx
+            raise ScoringError(f"scoring failed: {exc!r}") from exc

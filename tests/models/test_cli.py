@@ -1,0 +1,77 @@
+"""`bidsim train` and `bidsim profiles load` through their handlers."""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bidder.aws import aws_client
+from bidder.profiles import ProfileTable
+from bidder.replay.generator import generate
+from models.cli import add_commands, stream_user_keys
+from models.scorer import Scorer
+from models.synth import synth_profile
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bidsim")
+    add_commands(parser.add_subparsers(required=True))
+    args = parser.parse_args(argv)
+    status: int = args.command(args)
+    return status
+
+
+def test_train_writes_metrics_json_and_a_loadable_artifact(tmp_path: Path) -> None:
+    out, report = tmp_path / "artifact", tmp_path / "train.json"
+    argv = ["train", "--impressions", "2500", "--trees", "30", "--win-samples", "5000"]
+    assert _run([*argv, "--out", str(out), "--json", str(report)]) == 0
+    metrics = orjson.loads(report.read_bytes())
+    assert metrics["auc"] > metrics["baseline_auc"] == 0.5
+    assert metrics["logloss"] < metrics["baseline_logloss"]
+    assert Scorer.load(out).meta.training_data_sha256 == metrics["training_data_sha256"]
+
+
+def test_train_names_a_bad_option_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(["train", "--impressions", "10", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "bidsim: error: --impressions must be at least 1000, got 10"
+    )
+
+
+def test_train_reports_an_unreadable_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(["train", "--logs", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)]) == 2
+    assert "cannot read the log" in capsys.readouterr().err
+
+
+def test_profiles_load_writes_the_profiles_of_the_streams_users(
+    tmp_path: Path, aws_endpoint: str
+) -> None:
+    stream = tmp_path / "s.jsonl.gz"
+    generate(stream, requests=200, seed=5)
+    table = f"profiles-{uuid.uuid4().hex[:8]}"
+    argv = ["profiles", "load", "--aws-endpoint", aws_endpoint, "--table", table]
+    assert _run([*argv, "--stream", str(stream)]) == 0
+    store = ProfileTable(aws_client("dynamodb", aws_endpoint), table)
+    keys = sorted(set(stream_user_keys(stream)))
+    stored = {key: store.get(key) for key in keys}
+    assert {k for k, p in stored.items() if p is not None} == {
+        k for k in keys if synth_profile(k, 0) is not None
+    }
+
+
+def test_profiles_load_reports_an_unreachable_store(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    stream = tmp_path / "s.jsonl"
+    generate(stream, requests=5, seed=5)
+    argv = ["profiles", "load", "--aws-endpoint", "http://127.0.0.1:9", "--stream", str(stream)]
+    assert _run(argv) == 2
+    assert "ensure_table" in capsys.readouterr().err
