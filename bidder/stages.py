@@ -6,13 +6,17 @@ from bidder import metrics
 from bidder.campaign_book import CampaignBook
 from bidder.consent import ConsentPolicy, evaluate
 from bidder.eligibility import Candidate, EligibilityPolicy, select
+from bidder.identity import identify
 from bidder.ledger import cost_of
 from bidder.nobid import NoBid
 from bidder.pipeline import Context, PricedCandidate
 from bidder.pricing import base_price
+from bidder.profiles import ProfileCache
 from bidder.ratelimit import RateLimiter
 from bidder.schain import apply_policy, verify
 from bidder.supply_files import SupplyCache
+from models.scorer import ScoringError
+from models.serving import Pricer
 from pacing import NodePacer
 
 
@@ -73,6 +77,29 @@ class SupplyChainStage:
         return None
 
 
+class ProfileStage:
+    """Stage 5: one user key for the request, and its profile if the cache has it.
+
+    A cache miss never waits: the cache fills in the background and the request goes
+    on without a profile, unless ``miss_nobid`` (``--profile-miss nobid``) says a
+    bid needs one. Without consent to personalize, no key is formed at all.
+    """
+
+    def __init__(self, cache: ProfileCache, miss_nobid: bool = False):
+        self._cache = cache
+        self._miss_nobid = miss_nobid
+
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        if not ctx.personalize:
+            return None
+        ctx.user_key, ctx.household_key = identify(ctx.request, ctx.ssp)
+        if ctx.user_key is None:
+            return None
+        found = self._cache.lookup(ctx.user_key)
+        ctx.profile = found.profile
+        return NoBid.PROFILE_MISS if self._miss_nobid and not found.hit else None
+
+
 # When every candidate is refused, the reason reported is the most telling one.
 _PACING_SEVERITY = (NoBid.BUDGET_UNAVAILABLE, NoBid.NO_LEASE, NoBid.PACED)
 
@@ -105,8 +132,23 @@ class PacingStage:
         return next((r for r in _PACING_SEVERITY if r in reasons), NoBid.NO_CAMPAIGNS)
 
 
+class ScoreStage:
+    """Stage 8: all candidates scored in one batch, priced, shaded, floor-checked."""
+
+    def __init__(self, pricer: Pricer):
+        self._pricer = pricer
+
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        try:
+            priced = self._pricer.price(ctx.request, ctx.ssp, ctx.profile, ctx.candidates)
+        except ScoringError:
+            return NoBid.SCORE_ERROR
+        ctx.priced.extend(PricedCandidate(candidate, price) for candidate, price in priced)
+        return None if ctx.priced else NoBid.FLOOR
+
+
 class PriceStage:
-    """Stage 8 (base-bid pricing until the scoring issue lands)."""
+    """Stage 8 without a model: the base bid (kept until the worker switches to ScoreStage)."""
 
     def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
         for candidate in ctx.candidates:
