@@ -1,0 +1,37 @@
+"""Frequency capping on Valkey: pure cap rules, three Lua scripts, a local cache.
+
+Build subjects once per campaign book (``build_subjects``), check all candidates of a
+request in one round trip (``FrequencyCapper.check``), count wins on the notice path
+(``FrequencyCapper.count``), release unused reserve-at-bid slots (``release``).
+The rules (``fcap.rules``) import no I/O. See docs/fcap.md.
+"""
+
+from __future__ import annotations
+
+from fcap.cache import NegativeCache
+from fcap.capper import FrequencyCapper, Verdict
+from fcap.rules import Rule, Subject, build_subjects, subject_for
+from fcap.store import (
+    CheckResult,
+    CountOutcome,
+    FcapStore,
+    FcapUnavailable,
+    Reservation,
+    connect,
+)
+
+__all__ = [
+    "CheckResult",
+    "CountOutcome",
+    "FcapStore",
+    "FcapUnavailable",
+    "FrequencyCapper",
+    "NegativeCache",
+    "Reservation",
+    "Rule",
+    "Subject",
+    "Verdict",
+    "build_subjects",
+    "connect",
+    "subject_for",
+]

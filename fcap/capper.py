@@ -1,0 +1,107 @@
+"""Stage 7's policy layer: negative cache, then one store round trip, then cap policy.
+
+``FrequencyCapper.check`` never raises for the store: when the counters can't be read
+(Valkey down or slow, or the request has no user/household key for a cap), each
+subject's ``on_store_error`` decides: fail-open subjects pass, fail-closed ones
+are ``unavailable``. The win path counts through ``count``, whose failures are
+counted in metrics and re-raised (the caller decides whether to retry the notice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from fcap import metrics
+from fcap.cache import NegativeCache
+from fcap.rules import Subject
+from fcap.store import CountOutcome, FcapStore, FcapUnavailable, Reservation
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    capped: frozenset[Subject] = frozenset()
+    """Over a cap: no bid (NoBid.CAPPED when nothing else is left)."""
+    unavailable: frozenset[Subject] = frozenset()
+    """Counters unknown and the campaign fails closed (NoBid.FCAP_UNAVAILABLE)."""
+    reservations: Mapping[Subject, Reservation] = field(default_factory=dict)
+    """Slots taken for reserve-at-bid subjects: release each one that is not bid."""
+    store_error: bool = False
+
+    def allows(self, subject: Subject) -> bool:
+        return subject not in self.capped and subject not in self.unavailable
+
+
+class FrequencyCapper:
+    def __init__(self, store: FcapStore, cache: NegativeCache | None = None) -> None:
+        self.store = store
+        self.cache = cache if cache is not None else NegativeCache()
+
+    async def check(
+        self,
+        subjects: Sequence[Subject],
+        user_key: str | None,
+        household_key: str | None,
+        now_ms: int,
+        deadline: float,
+    ) -> Verdict:
+        """At most one round trip (two concurrent calls when households are capped too)."""
+        cached: set[Subject] = set()
+        ask: list[Subject] = []
+        for subject in subjects:
+            if not subject.has_caps:
+                continue
+            if self.cache.capped((user_key, household_key, subject.cache_id), now_ms):
+                cached.add(subject)
+            else:
+                ask.append(subject)
+        if cached:
+            metrics.CACHE_HITS.inc(len(cached))
+            metrics.CAPPED_BY_CACHE.inc(len(cached))
+        if not ask:
+            return Verdict(capped=frozenset(cached))
+        metrics.CHECKS.inc()
+        try:
+            result = await self.store.check(ask, user_key, household_key, now_ms, deadline)
+        except FcapUnavailable:
+            metrics.CHECK_ERRORS.inc()
+            closed = frozenset(s for s in ask if s.fail_closed)
+            return Verdict(frozenset(cached), closed, store_error=True)
+        for subject, until in result.capped.items():
+            self.cache.put((user_key, household_key, subject.cache_id), until)
+        metrics.CAPPED_BY_STORE.inc(len(result.capped))
+        unavailable = frozenset(s for s in result.unknown if s.fail_closed)
+        capped = frozenset(cached | result.capped.keys()) - unavailable
+        return Verdict(capped, unavailable, result.reservations)
+
+    async def count(
+        self,
+        impression_id: str,
+        subject: Subject,
+        event: str,
+        user_key: str | None,
+        household_key: str | None,
+        impression_ms: int,
+        now_ms: int,
+        deadline: float | None = None,
+    ) -> CountOutcome:
+        """The win path: see ``FcapStore.count``. Raises FcapUnavailable."""
+        try:
+            return await self.store.count(
+                impression_id, subject, event, user_key, household_key, impression_ms, now_ms,
+                deadline,
+            )  # fmt: skip
+        except FcapUnavailable:
+            metrics.COUNT_ERRORS.inc()
+            raise
+
+    async def release(self, reservation: Reservation, deadline: float | None = None) -> None:
+        """Give back a reserve-at-bid slot; failures are counted, not raised.
+
+        A "capped" this process cached because of the slot stays until it expires
+        (conservative; reservations are short-lived next to cap windows).
+        """
+        try:
+            await self.store.release(reservation, deadline)
+        except FcapUnavailable:
+            metrics.RELEASE_ERRORS.inc()

@@ -1,0 +1,78 @@
+-- Helpers prepended to every fcap script by fcap/scripts.py; not a script itself.
+-- Field names: a 6-character rule token, then either '!' (recency: the instant the gap
+-- ends) / '~' (recency: the value before the last reservation), or the base-36 expiry
+-- minute of a bucket. So any write can prune any stale field without knowing its rule.
+
+-- Past expiry, fields and TTLs live this much longer: covers skew between bidder clocks.
+local SLACK_MS = 120000
+local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
+
+local function b36(n)
+  local s = ''
+  repeat
+    local d = n % 36
+    s = string.sub(DIGITS, d + 1, d + 1) .. s
+    n = (n - d) / 36
+  until n == 0
+  return s
+end
+
+local function int(n)
+  return string.format('%d', n)
+end
+
+-- Rules come as 5 ARGV values: kind ('b' | 't'), token, size_ms, reach_ms, limit.
+local function read_rule(i)
+  local rule = {
+    kind = ARGV[i], token = ARGV[i + 1], size = tonumber(ARGV[i + 2]),
+    reach = tonumber(ARGV[i + 3]), limit = tonumber(ARGV[i + 4]),
+  }
+  return rule, i + 5
+end
+
+-- The first instant (caller ms) no check reads bucket j.
+local function bucket_expiry(rule, j)
+  return (j + 1) * rule.size + rule.reach
+end
+
+local function bucket_field(rule, j)
+  return rule.token .. b36(math.ceil(bucket_expiry(rule, j) / 60000))
+end
+
+-- The first instant an impression at t stops counting for the rule.
+local function impression_expiry(rule, t)
+  if rule.kind == 't' then
+    return t + rule.size
+  end
+  return bucket_expiry(rule, math.floor(t / rule.size))
+end
+
+-- Drop every field that expired more than SLACK_MS ago.
+local function prune(key, now)
+  local all = redis.call('HGETALL', key)
+  local stale = {}
+  for i = 1, #all, 2 do
+    local suffix = string.sub(all[i], 7)
+    local expiry
+    if suffix == '!' or suffix == '~' then
+      expiry = tonumber(all[i + 1])
+    else
+      expiry = tonumber(suffix, 36)
+      expiry = expiry and expiry * 60000
+    end
+    if expiry == nil or expiry + SLACK_MS < now then
+      stale[#stale + 1] = all[i]
+    end
+  end
+  if #stale > 0 then
+    redis.call('HDEL', key, unpack(stale))
+  end
+end
+
+-- Make the key outlive a field expiring at `expiry` (caller ms); TTLs only grow.
+local function keep_until(key, now, expiry)
+  local need = expiry - now + SLACK_MS
+  if redis.call('PTTL', key) < need then
+    redis.call('PEXPIRE', key, int(need))
+  end
+end

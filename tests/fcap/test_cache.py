@@ -1,0 +1,40 @@
+"""The negative cache: capped until the instant given, bounded."""
+
+from __future__ import annotations
+
+import pytest
+
+from fcap.cache import NegativeCache
+
+
+def test_capped_until_one_ms_before_the_end() -> None:
+    cache = NegativeCache()
+    cache.put("k", 1_000)
+    assert cache.capped("k", 999)
+
+
+def test_free_at_the_end() -> None:
+    cache = NegativeCache()
+    cache.put("k", 1_000)
+    assert not cache.capped("k", 1_000)
+
+
+def test_least_recently_used_entry_goes_first() -> None:
+    cache = NegativeCache(max_entries=2)
+    cache.put("a", 10)
+    cache.put("b", 10)
+    cache.capped("a", 0)
+    cache.put("c", 10)
+    assert (cache.capped("a", 0), cache.capped("b", 0), len(cache)) == (True, False, 2)
+
+
+def test_a_shorter_until_does_not_shorten_an_entry() -> None:
+    cache = NegativeCache()
+    cache.put("k", 1_000)
+    cache.put("k", 500)
+    assert cache.capped("k", 700)
+
+
+def test_size_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_entries"):
+        NegativeCache(0)

@@ -1,0 +1,131 @@
+"""Store-level chaos on a private Valkey: paused, resumed, killed, restarted.
+
+Each test starts its own server (``LocalStack``; the session's is never touched) and
+uses one client throughout: recovery must not need a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from bidder.campaigns import CapPolicy
+from bidder.cluster import ValkeyNode
+from bidder.stack import LocalStack
+from fcap.capper import FrequencyCapper
+from fcap.store import CountOutcome, FcapStore, FcapUnavailable, connect
+from tests.fcap.support import DAY_S, T0, cap, far_deadline, new_user, one_subject
+
+pytestmark = pytest.mark.asyncio
+OPEN = one_subject(cap("campaign", "fixed", DAY_S, 3), cid="open")
+CLOSED = one_subject(
+    cap("campaign", "fixed", DAY_S, 3), cid="closed", policy=CapPolicy(on_store_error="closed")
+)
+CHECK_TIMEOUT_S = 0.2
+
+
+@pytest.fixture
+def private(aws_endpoint: str) -> Iterator[LocalStack]:
+    with LocalStack(aws_endpoint=aws_endpoint) as stack:
+        yield stack
+
+
+@pytest_asyncio.fixture
+async def store(private: LocalStack) -> AsyncIterator[FcapStore]:
+    # Socket timeouts far away: only the check's own timeout can end a paused call.
+    client = connect(private.valkey_url, socket_timeout_s=60.0)
+    fcap_store = FcapStore(client, check_timeout_s=CHECK_TIMEOUT_S)
+    await fcap_store.start()
+    yield fcap_store
+    await client.aclose()
+
+
+def _signal(stack: LocalStack, sig: signal.Signals) -> None:
+    os.kill(stack.pids["valkey"], sig)
+
+
+async def _check(store: FcapStore) -> object:
+    return await store.check([OPEN], new_user(), None, T0, far_deadline())
+
+
+async def test_a_paused_server_times_out_within_the_check_timeout(
+    store: FcapStore, private: LocalStack
+) -> None:
+    _signal(private, signal.SIGSTOP)
+    try:
+        with pytest.raises(FcapUnavailable) as caught:
+            await _check(store)
+    finally:
+        _signal(private, signal.SIGCONT)
+    assert isinstance(caught.value.__cause__, TimeoutError)  # asyncio's, not the socket's
+
+
+async def test_a_resumed_server_answers_the_same_client(
+    store: FcapStore, private: LocalStack
+) -> None:
+    _signal(private, signal.SIGSTOP)
+    try:
+        with pytest.raises(FcapUnavailable):
+            await _check(store)
+    finally:
+        _signal(private, signal.SIGCONT)
+    assert await _check(store)
+
+
+async def test_paused_store_fail_open_bids_and_fail_closed_does_not(
+    store: FcapStore, private: LocalStack
+) -> None:
+    capper = FrequencyCapper(store)
+    _signal(private, signal.SIGSTOP)
+    try:
+        verdict = await capper.check([OPEN, CLOSED], new_user(), None, T0, far_deadline())
+    finally:
+        _signal(private, signal.SIGCONT)
+    assert (verdict.allows(OPEN), verdict.allows(CLOSED)) == (True, False)
+
+
+async def test_a_killed_server_is_an_error(store: FcapStore, private: LocalStack) -> None:
+    _signal(private, signal.SIGKILL)
+    await asyncio.to_thread(_wait_gone, private.pids["valkey"])
+    with pytest.raises(FcapUnavailable):
+        await _check(store)
+
+
+async def test_a_server_restarted_on_the_same_port_is_used_again(
+    store: FcapStore, private: LocalStack, tmp_path: Path
+) -> None:
+    port = int(private.valkey_url.rsplit(":", 1)[1])
+    _signal(private, signal.SIGKILL)
+    await asyncio.to_thread(_wait_gone, private.pids["valkey"])
+    with pytest.raises(FcapUnavailable):
+        await _check(store)
+    again = ValkeyNode(tmp_path, port)
+    await asyncio.to_thread(again.start)
+    try:
+        user = new_user()
+        # A fresh server knows no script: NOSCRIPT, SCRIPT LOAD, EVALSHA again.
+        counted = await store.count("imp", OPEN, "win", user, None, T0, T0)
+        result = await store.check([OPEN], user, None, T0, far_deadline())
+    finally:
+        again.stop()
+    assert counted == CountOutcome.COUNTED and OPEN not in result.capped
+
+
+def _wait_gone(pid: int) -> None:
+    """Until the killed child is gone (or a zombie): waiting for a process, not for time."""
+    for _ in range(200):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().split()[2] == "Z":
+                return
+        time.sleep(0.01)
