@@ -16,13 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from bidder import metrics
+from bidder.billing import Biller, BillingUnavailable, ImpressionSink
 from bidder.body import read_body
 from bidder.campaign_book import CampaignBook
 from bidder.clock import Clock
@@ -30,8 +32,10 @@ from bidder.nobid import NoBid
 from bidder.notices import NoticeError, parse_notice
 from bidder.openrtb import InvalidRequest, parse_bid_request
 from bidder.pipeline import Context, Stage, run_stages
-from bidder.response import build_response
+from bidder.response import NoticeUrls, build_response
 from bidder.settings import Settings
+from bidder.tokens import TokenSigner
+from ids.snowflake import IdsUnavailable, Snowflake
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,19 @@ class BidderState:
     book: CampaignBook
     stages: Sequence[Stage]
     clock: Clock
+    notice_urls: NoticeUrls
+    """Each bid's Snowflake id and signed nurl/burl."""
+    next_bid_id: Callable[[], str]
+    signer: TokenSigner
+    biller: Biller
+    ids: Snowflake
+    """This worker's Snowflake generator (bid and ledger ids); leased worker id."""
+    impression_sinks: list[ImpressionSink] = field(default_factory=list)
+    """Told of every billed impression (fcap counting, pacing lease debit); append here."""
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
+    """Forever-running jobs the server starts as tasks and cancels on shutdown."""
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Awaited in order on shutdown, after the background jobs are cancelled."""
 
 
 def _nobid_headers(reason: NoBid) -> CIMultiDictProxy[str]:
@@ -100,7 +117,12 @@ class BidHandler:
         reason = await run_stages(self._state.stages, ctx, deadline)
         if reason is not None:
             return reason
-        body = build_response(ctx, self._settings.seat, self._settings.notice_base_url)
+        state = self._state
+        try:
+            body = build_response(ctx, self._settings.seat, state.notice_urls, state.next_bid_id)
+        except IdsUnavailable:  # no Snowflake id lease: no bid rather than a duplicate id
+            metrics.IDS_UNAVAILABLE.inc()
+            return NoBid.INTERNAL_ERROR
         # Pure stages can't be cancelled, so lateness is checked once more here.
         if self._state.clock.monotonic() > deadline:
             return NoBid.DEADLINE
@@ -120,23 +142,46 @@ class BidHandler:
 
 
 class NoticeHandler:
-    """Win and billing notices; a bad notice is a 400 with the reason, never a 5xx."""
+    """Win and billing notices (see ``bidder.notices`` and ``bidder.billing``).
+
+    A refused notice is a 400 naming the reason and changes nothing but the rejected
+    counter; a first valid notice bills the impression; a repeat is a duplicate
+    (2xx, counted, no spend). A win for a nurl-served creative returns its markup,
+    duplicate or not (the exchange may be retrying because it lost the markup).
+    Billing that can't be done safely (Valkey, spool or ids down) is a 503, so the
+    exchange retries; nothing was billed.
+    """
 
     def __init__(self, state: BidderState, kind: str):
         self._state = state
         self._kind = kind
+        self._max_age_ms = round(state.settings.notice_max_age_s * 1000)
+        self._outcomes = {o: metrics.NOTICES.labels(kind, o) for o in _OUTCOMES}
 
     async def handle(self, request: web.Request) -> web.Response:
+        state = self._state
         try:
-            notice = parse_notice(request.query)
+            notice = parse_notice(
+                request.query, state.signer, state.clock.wall_ms(), self._max_age_ms
+            )
         except NoticeError as exc:
-            metrics.NOTICES.labels(self._kind, "rejected").inc()
+            metrics.NOTICES_REJECTED.labels(self._kind, exc.reason).inc()
             return web.Response(status=400, text=str(exc))
-        metrics.NOTICES.labels(self._kind, "accepted").inc()
-        creative = self._state.book.index.creative(notice.campaign_id, notice.creative_id)
+        try:
+            billed = await state.biller.bill(notice, self._kind)
+        except BillingUnavailable as exc:
+            self._outcomes["unavailable"].inc()
+            log.warning("%s notice not billed, asked for a retry: %s", self._kind, exc)
+            return web.Response(status=503, text="try again later", headers={"Retry-After": "5"})
+        self._outcomes["billed" if billed else "duplicate"].inc()
+        claims = notice.claims
+        creative = state.book.index.creative(claims.campaign_id, claims.creative_id)
         if self._kind == "win" and creative is not None and creative.serve == "nurl":
             return web.Response(text=creative.markup, content_type="text/html")
         return web.Response(status=204)
+
+
+_OUTCOMES = ("billed", "duplicate", "unavailable")
 
 
 def build_app(state: BidderState) -> web.Application:

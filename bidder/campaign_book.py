@@ -1,7 +1,9 @@
 """The worker's in-memory campaigns, refreshed from the store in the background.
 
-The bid path only reads ``book.index``, an immutable ``CampaignIndex`` swapped
-whole on refresh, so a request never sees half an update. The store is read
+The bid path only reads ``book.index``, an immutable ``CampaignIndex``, and
+``book.cap_subjects`` (what each campaign + creative is frequency-capped by), both
+swapped together on refresh with no await between, so a request never sees half
+an update. The store is read
 with boto3 in a worker thread (boto3 never runs on the event loop). A failed
 refresh keeps the last good index; an unchanged store skips the rebuild.
 """
@@ -18,6 +20,7 @@ from bidder import metrics
 from bidder.campaign_store import CampaignTable
 from bidder.campaigns import campaigns_from_docs
 from bidder.eligibility import CampaignIndex
+from fcap import Subject, build_subjects
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +30,7 @@ class CampaignBook:
         self._table = table
         self._digest = ""
         self.index = CampaignIndex([])
+        self.cap_subjects: dict[tuple[str, str], Subject] = {}
 
     async def refresh(self) -> bool:
         """Reload from the store; True when the index changed. Raises on store errors."""
@@ -34,7 +38,8 @@ class CampaignBook:
         digest = hashlib.sha256(orjson.dumps(docs, option=orjson.OPT_SORT_KEYS)).hexdigest()
         if digest == self._digest:
             return False
-        self.index = CampaignIndex(campaigns_from_docs(docs))
+        campaigns = campaigns_from_docs(docs)
+        self.index, self.cap_subjects = CampaignIndex(campaigns), build_subjects(campaigns)
         self._digest = digest
         metrics.CAMPAIGNS_ACTIVE.set(len(self.index))  # the index holds the active ones
         return True

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -66,6 +66,15 @@ class Context:
     household_key: str | None = None
     profile: Any = None
     """The user's profile when stage 5 had it in cache (``bidder.profiles``)."""
+    finishers: list[Finisher] = field(default_factory=list)
+    """Called once with the bids sent (none on a no-bid), e.g. to release fcap slots."""
+
+    def finish(self, bids: Sequence[PricedCandidate]) -> None:
+        for finisher in self.finishers:
+            finisher(bids)
+
+
+Finisher = Callable[[Sequence[PricedCandidate]], None]
 
 
 class Stage(Protocol):

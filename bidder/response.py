@@ -2,26 +2,31 @@
 
 One bid per imp: the highest-priced candidate, ties broken by campaign id so
 the answer is deterministic. ``Bid.id`` only has to be unique within the
-response (the design says so), so it is the bid's position. Win (nurl) and
-billing (burl) notice URLs carry what the notice handler needs to find the bid
-again and ``${AUCTION_PRICE}`` for the exchange to fill in; signed tokens
-replace the plain parameters when the notices issue lands.
+response (the design says so): a per-process counter (``ids.bid_id_source``).
+Each bid also gets a fleet-unique Snowflake id, inside its signed notice token
+(``bidder.tokens``), which the notice path uses as the impression's identity and
+the ledger's correlation. Win (nurl) and billing (burl) URLs carry that token
+and the ``${AUCTION_PRICE}`` / ``${AUCTION_CURRENCY}`` macros verbatim for the
+exchange to fill in. No Snowflake id (the worker lost its id lease) means no
+bid: ``build_response`` raises ``IdsUnavailable``.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 
 from bidder.campaigns import Creative
+from bidder.clock import Clock
+from bidder.notices import CURRENCY_MACRO, PRICE_MACRO
 from bidder.openrtb import Imp
 from bidder.pipeline import Context, PricedCandidate
+from bidder.tokens import NoticeClaims, TokenSigner
 
-_URL_SAFE = re.compile(r"[A-Za-z0-9_.~-]*")
+# The macros must reach the exchange verbatim, so they are appended unescaped.
+_MACROS = f"&p={PRICE_MACRO}&c={CURRENCY_MACRO}"
 
 # OpenRTB 2.6 "Creative Markup Types" (Bid.mtype).
 _MTYPE = {"banner": 1, "video": 2, "audio": 3, "native": 4}
@@ -44,20 +49,55 @@ def _beats(option: PricedCandidate, current: PricedCandidate) -> bool:
     return option.candidate.campaign.id < current.candidate.campaign.id
 
 
-def build_response(ctx: Context, seat: str, notice_base_url: str) -> bytes:
+class NoticeUrls:
+    """Gives each bid a Snowflake id and its signed nurl and burl."""
+
+    def __init__(
+        self, base_url: str, signer: TokenSigner, next_id: Callable[[], int], clock: Clock
+    ) -> None:
+        self._win = f"{base_url}/notice/win?t="
+        self._bill = f"{base_url}/notice/bill?t="
+        self._signer = signer
+        self._next_id = next_id
+        self._clock = clock
+
+    def for_bid(self, option: PricedCandidate, ctx: Context, now_ms: int) -> tuple[str, str]:
+        """(nurl, burl); raises ``IdsUnavailable`` when no Snowflake id can be issued."""
+        candidate = option.candidate
+        claims = NoticeClaims(
+            bid_id=self._next_id(),
+            imp_id=candidate.imp.id,
+            campaign_id=candidate.campaign.id,
+            advertiser=candidate.campaign.advertiser,
+            creative_id=candidate.creative.id,
+            user_key=ctx.user_key,
+            household_key=ctx.household_key,
+            max_price_cpm_micros=option.price_cpm_micros,
+            issued_ms=now_ms,
+        )
+        query = self._signer.sign(claims) + _MACROS
+        return self._win + query, self._bill + query
+
+    def now_ms(self) -> int:
+        return self._clock.wall_ms()
+
+
+def build_response(
+    ctx: Context, seat: str, urls: NoticeUrls, next_bid_id: Callable[[], str]
+) -> bytes:
     """Serialized BidResponse with one bid per imp that has a priced candidate."""
+    now_ms = urls.now_ms()
     bids = [
-        _bid(str(n), option, ctx.request.id, notice_base_url)
-        for n, option in enumerate(winners(ctx.priced, ctx.request.imps), start=1)
+        _bid(next_bid_id(), option, urls.for_bid(option, ctx, now_ms))
+        for option in winners(ctx.priced, ctx.request.imps)
     ]
     response = {"id": ctx.request.id, "cur": "USD", "seatbid": [{"seat": seat, "bid": bids}]}
     return orjson.dumps(response)
 
 
-def _bid(bid_id: str, option: PricedCandidate, request_id: str, base: str) -> dict[str, Any]:
+def _bid(bid_id: str, option: PricedCandidate, notice_urls: tuple[str, str]) -> dict[str, Any]:
     candidate = option.candidate
     creative = candidate.creative
-    query = _notice_query(bid_id, option, request_id)
     bid: dict[str, Any] = {
         "id": bid_id,
         "impid": candidate.imp.id,
@@ -66,8 +106,8 @@ def _bid(bid_id: str, option: PricedCandidate, request_id: str, base: str) -> di
         "crid": creative.id,
         "adomain": list(creative.adomain),
         "mtype": _MTYPE[creative.format],
-        "nurl": f"{base}/notice/win?{query}",
-        "burl": f"{base}/notice/bill?{query}",
+        "nurl": notice_urls[0],
+        "burl": notice_urls[1],
     }
     _add_creative_fields(bid, creative)
     return bid
@@ -82,23 +122,3 @@ def _add_creative_fields(bid: dict[str, Any], creative: Creative) -> None:
         bid["w"], bid["h"] = creative.w, creative.h
     if creative.serve == "adm":
         bid["adm"] = creative.markup
-
-
-def _notice_query(bid_id: str, option: PricedCandidate, request_id: str) -> str:
-    candidate = option.candidate
-    params = (
-        ("req", request_id),
-        ("bid", bid_id),
-        ("imp", candidate.imp.id),
-        ("cid", candidate.campaign.id),
-        ("crid", candidate.creative.id),
-        ("bp", str(option.price_cpm_micros)),
-    )
-    # The macro must reach the exchange verbatim, so it is appended unescaped.
-    encoded = "&".join(f"{key}={_escape(value)}" for key, value in params)
-    return encoded + "&price=${AUCTION_PRICE}"
-
-
-def _escape(value: str) -> str:
-    # Most ids are already URL-safe; quote() is the slow path only for the rest.
-    return value if _URL_SAFE.fullmatch(value) else quote(value, safe="")

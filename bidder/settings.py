@@ -8,8 +8,11 @@ option, so a misconfigured deployment is fixed in one round.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from bidder.tokens import MIN_KEY_BYTES, check_kid
 
 
 class SettingsError(ValueError):
@@ -38,10 +41,34 @@ class Settings:
     seat: str = "bidsim"
     public_url: str | None = None
     """Base URL the exchange uses for win/billing notices; default http://host:port."""
+    notice_keys: tuple[tuple[str, str], ...] = ()
+    """Notice token keys as (key id, secret); every one verifies, the active one signs.
+    Empty: each worker makes a random key (dev only: notices die with the worker)."""
+    notice_key_id: str | None = None
+    """The key id that signs new tokens; default the first of ``notice_keys``."""
+    notice_max_age_s: float = 3600.0
+    """Late-notice window: notices of bids older than this are refused (and counted)."""
+    spend_stream: str = "bidsim-spend"
+    spool_dir: Path | None = None
+    """Ledger spool; default <tmp>/bidsim-spool/<stream>-<endpoint hash>."""
+    archive_bucket: str = "bidsim-ledger"
+    archive_retention_days: int = 400
+    id_lease_ttl_s: float = 10.0
+    """Snowflake worker-id lease time to live in Valkey; renewed 3 times per ttl."""
+    id_max_backwards_ms: int = 100
+    """A wall clock step back larger than this stops id issue until it catches up."""
+    key_namespace: str = "bidsim"
+    """Prefix of the Valkey keys of id leases and billing dedup."""
 
     @property
     def notice_base_url(self) -> str:
         return self.public_url or f"http://{self.host}:{self.port}"
+
+    @property
+    def active_notice_key_id(self) -> str | None:
+        if self.notice_key_id is not None:
+            return self.notice_key_id
+        return self.notice_keys[0][0] if self.notice_keys else None
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -79,7 +106,63 @@ class Settings:
                 "--aws-endpoint must be an http(s):// URL",
             ),
             (_is_url(self.public_url, ("http", "https")), "--public-url must be an http(s):// URL"),
+            *self._notice_checks(),
+            *self._ledger_checks(),
         ]
+
+    def _notice_checks(self) -> list[tuple[bool, str]]:
+        kids = [kid for kid, _ in self.notice_keys]
+        active = self.active_notice_key_id
+        return [
+            (
+                all(check_kid(kid) for kid in kids),
+                "--notice-key: key ids must be 1-16 of A-Z a-z 0-9 _ -",
+            ),
+            (len(set(kids)) == len(kids), "--notice-key: key ids must be unique"),
+            (
+                all(len(secret.encode()) >= MIN_KEY_BYTES for _, secret in self.notice_keys),
+                f"--notice-key: secrets must be at least {MIN_KEY_BYTES} bytes",
+            ),
+            (
+                self.notice_key_id is None or self.notice_key_id in kids,
+                f"--notice-key-id {self.notice_key_id!r} is not among the --notice-key ids",
+            ),
+            (active is None or bool(kids), "--notice-key-id needs --notice-key"),
+            (
+                10 <= self.notice_max_age_s <= 7 * 86400,
+                "--notice-max-age-s must be 10 s-7 days",
+            ),
+        ]
+
+    def _ledger_checks(self) -> list[tuple[bool, str]]:
+        return [
+            (
+                _STREAM.fullmatch(self.spend_stream) is not None,
+                "--spend-stream must be 1-128 of A-Z a-z 0-9 _ . -",
+            ),
+            (
+                _BUCKET.fullmatch(self.archive_bucket) is not None,
+                "--archive-bucket must be an S3 bucket name (3-63 of a-z 0-9 . -)",
+            ),
+            (
+                1 <= self.archive_retention_days <= 36500,
+                "--archive-retention-days must be 1-36500",
+            ),
+            (1 <= self.id_lease_ttl_s <= 300, "--id-lease-ttl-s must be 1-300"),
+            (
+                0 <= self.id_max_backwards_ms <= 10_000,
+                "--id-max-backwards-ms must be 0-10000",
+            ),
+            (
+                _NAMESPACE.fullmatch(self.key_namespace) is not None,
+                "--key-namespace must be 1-32 of A-Z a-z 0-9 _ -",
+            ),
+        ]
+
+
+_STREAM = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_NAMESPACE = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
 def _is_url(value: str | None, schemes: tuple[str, ...]) -> bool:

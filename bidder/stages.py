@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Sequence
+
 from bidder import metrics
 from bidder.campaign_book import CampaignBook
+from bidder.clock import Clock
 from bidder.consent import ConsentPolicy, evaluate
 from bidder.eligibility import Candidate, EligibilityPolicy, select
 from bidder.identity import identify
 from bidder.ledger import cost_of
 from bidder.nobid import NoBid
-from bidder.pipeline import Context, PricedCandidate
+from bidder.pipeline import Context, PricedCandidate, StageResult
 from bidder.pricing import base_price
 from bidder.profiles import ProfileCache
 from bidder.ratelimit import RateLimiter
 from bidder.schain import apply_policy, verify
 from bidder.supply_files import SupplyCache
+from fcap import FrequencyCapper, Reservation, Subject, Verdict
 from models.scorer import ScoringError
 from models.serving import Pricer
 from pacing import NodePacer
@@ -130,6 +135,53 @@ class PacingStage:
             return None
         reasons = set(decided.values())
         return next((r for r in _PACING_SEVERITY if r in reasons), NoBid.NO_CAMPAIGNS)
+
+
+class FcapStage:
+    """Stage 7: one Valkey round trip checks every candidate's caps (module ``fcap``).
+
+    Candidates without caps cost nothing: when none has one, the stage stays pure and
+    the pipeline arms no timer. Reserve-at-bid slots that do not become a bid are
+    released in the background once the answer is known (``Context.finish``).
+    """
+
+    def __init__(self, capper: FrequencyCapper, book: CampaignBook, clock: Clock):
+        self._capper = capper
+        self._book = book
+        self._clock = clock
+        self._releases: set[asyncio.Task[None]] = set()
+
+    def __call__(self, ctx: Context, deadline: float) -> StageResult | Awaitable[StageResult]:
+        subjects = self._book.cap_subjects
+        pairs = [(c, subjects[c.campaign.id, c.creative.id]) for c in ctx.candidates]
+        if not any(subject.has_caps for _, subject in pairs):
+            return None
+        return self._check(ctx, pairs, deadline)
+
+    async def _check(
+        self, ctx: Context, pairs: list[tuple[Candidate, Subject]], deadline: float
+    ) -> NoBid | None:
+        unique = list(dict.fromkeys(subject for _, subject in pairs))
+        verdict = await self._capper.check(
+            unique, ctx.user_key, ctx.household_key, self._clock.wall_ms(), deadline
+        )
+        if verdict.reservations:
+            ctx.finishers.append(lambda bids: self._release_unbid(verdict, bids))
+        ctx.candidates = [c for c, subject in pairs if verdict.allows(subject)]
+        if ctx.candidates:
+            return None
+        return NoBid.CAPPED if verdict.capped else NoBid.FCAP_UNAVAILABLE
+
+    def _release_unbid(self, verdict: Verdict, bids: Sequence[PricedCandidate]) -> None:
+        bid = {(b.candidate.campaign.id, b.candidate.creative.id) for b in bids}
+        for subject, reservation in verdict.reservations.items():
+            if (subject.campaign_id, subject.creative_id) not in bid:
+                self._spawn(reservation)
+
+    def _spawn(self, reservation: Reservation) -> None:
+        task = asyncio.get_running_loop().create_task(self._capper.release(reservation))
+        self._releases.add(task)  # a task nobody references can be collected mid-flight
+        task.add_done_callback(self._releases.discard)
 
 
 class ScoreStage:

@@ -3,7 +3,9 @@
 Tests that send raw bytes (bad gzip, huge bodies, hypothesis-generated junk)
 talk to it with ``http.client`` over loopback, exactly as an exchange would.
 ``stages`` lets a test put its own stage into the pipeline (the test hook for
-"a stage made artificially slow").
+"a stage made artificially slow"). The spend stream and archive bucket are
+created first (as the supervisor does), and the worker's background jobs (id
+lease renewal, ledger shipping) run as in a real worker.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import uvloop
 from bidder.app import BidderState
 from bidder.pipeline import Stage
 from bidder.settings import Settings
-from bidder.worker import build_state, start_site
+from bidder.spend_stream import ensure_ledger_resources
+from bidder.worker import build_state, start_background, start_site, stop_background
 
 StagesHook = Callable[[BidderState], Sequence[Stage]]
 
@@ -57,6 +60,9 @@ class LiveBidder:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
 
+    def get(self, path: str) -> Answer:
+        return self.request("GET", path)
+
     def post(self, body: bytes, headers: dict[str, str] | None = None) -> Answer:
         return self.request("POST", "/openrtb2/bid", body, headers)
 
@@ -90,13 +96,25 @@ class LiveBidder:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        state = await build_state(self.settings)
+        settings = self.settings
+        if settings.aws_endpoint is not None:
+            await asyncio.to_thread(
+                ensure_ledger_resources,
+                settings.aws_endpoint,
+                settings.aws_region,
+                settings.spend_stream,
+                settings.archive_bucket,
+                settings.archive_retention_days,
+            )
+        state = await build_state(settings)
         if self._stages is not None:
             state.stages = self._stages(state)
         self.state = state
         runner = await start_site(state)
+        background = await start_background(state)
         self._ready.set()
         try:
             await self._stop.wait()
         finally:
             await runner.cleanup()
+            await stop_background(state, background)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import http.client
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import orjson
@@ -75,10 +76,22 @@ def test_tmax_inside_the_network_allowance_is_a_deadline_no_bid(live_bidder: Liv
     assert (answer.status, answer.reason) == (204, "deadline")
 
 
+# ----------------------------------------------------------------------- notices
+
+
+def _bid(live_bidder: LiveBidder) -> dict[str, Any]:
+    bid: dict[str, Any] = orjson.loads(live_bidder.post(SIMPLE_BANNER).body)["seatbid"][0]["bid"][0]
+    return bid
+
+
+def _path(url: str, price: str) -> str:
+    parts = urlsplit(url.replace("${AUCTION_PRICE}", price))
+    return f"{parts.path}?{parts.query}"
+
+
 def _notice(live_bidder: LiveBidder, kind: str, price: str) -> int:
-    bid = orjson.loads(live_bidder.post(SIMPLE_BANNER).body)["seatbid"][0]["bid"][0]
-    url = urlsplit(bid["nurl" if kind == "win" else "burl"].replace("${AUCTION_PRICE}", price))
-    return live_bidder.request("GET", f"{url.path}?{url.query}").status
+    bid = _bid(live_bidder)
+    return live_bidder.get(_path(bid["nurl" if kind == "win" else "burl"], price)).status
 
 
 def test_win_notice_with_a_price_is_accepted(live_bidder: LiveBidder) -> None:
@@ -97,8 +110,32 @@ def test_notice_with_the_macro_unsubstituted_is_refused(live_bidder: LiveBidder)
     assert _notice(live_bidder, "win", "${AUCTION_PRICE}") == 400
 
 
-def test_notice_urls_identify_the_bid(live_bidder: LiveBidder) -> None:
-    bid = orjson.loads(live_bidder.post(SIMPLE_BANNER).body)["seatbid"][0]["bid"][0]
-    query = dict(parse_qsl(urlsplit(bid["burl"]).query))
-    assert (query["imp"], query["cid"], query["crid"]) == ("1", bid["cid"], bid["crid"])
-    assert query["req"] == orjson.loads(SIMPLE_BANNER)["id"]
+def test_refusal_names_its_reason(live_bidder: LiveBidder) -> None:
+    answer = live_bidder.get(_path(_bid(live_bidder)["burl"], "999"))
+    assert answer.body.startswith(b"above_bid:")
+
+
+def test_notice_urls_carry_a_token_for_the_bid(live_bidder: LiveBidder) -> None:
+    assert live_bidder.state is not None
+    bid = _bid(live_bidder)
+    token = dict(parse_qsl(urlsplit(bid["burl"]).query))["t"]
+    claims = live_bidder.state.signer.verify(token)
+    assert (claims.imp_id, claims.campaign_id, claims.creative_id) == ("1", bid["cid"], bid["crid"])
+
+
+def test_a_repeated_notice_is_still_answered_2xx(live_bidder: LiveBidder) -> None:
+    path = _path(_bid(live_bidder)["burl"], "0.031")
+    assert [live_bidder.get(path).status for _ in range(3)] == [204, 204, 204]
+
+
+def test_without_a_snowflake_id_the_bid_path_answers_204(live_bidder: LiveBidder) -> None:
+    assert live_bidder.state is not None
+    ids = live_bidder.state.ids
+    worker = ids.worker
+    assert worker is not None
+    ids.revoke()
+    try:
+        answer = live_bidder.post(SIMPLE_BANNER)
+    finally:
+        ids.grant(worker, live_bidder.state.clock.wall_ms() + 2_000)
+    assert (answer.status, answer.reason) == (204, "internal_error")

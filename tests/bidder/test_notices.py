@@ -1,132 +1,146 @@
-"""bidder.notices.parse_notice: what a win or billing notice must carry."""
+"""bidder.notices.parse_notice: token, window, price and currency checks."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bidder.notices import Notice, NoticeError, parse_notice
+from bidder.notices import MAX_SKEW_MS, Notice, NoticeError, parse_notice, parse_price
+from bidder.tokens import NoticeClaims, TokenSigner
 
-REQUIRED = ("req", "bid", "imp", "cid", "crid", "bp", "price")
-VALID = {
-    "req": "r1",
-    "bid": "1",
-    "imp": "imp-1",
-    "cid": "harbor-bank-leaderboard",
-    "crid": "hb-728x90-savings",
-    "bp": "2500000",
-    "price": "1.25",
-}
-
-
-def _with(**changes: str) -> dict[str, str]:
-    return {**VALID, **changes}
-
-
-def _without(*keys: str) -> dict[str, str]:
-    return {key: value for key, value in VALID.items() if key not in keys}
+SIGNER = TokenSigner({"k1": b"n" * 32}, "k1")
+NOW_MS = 1_767_225_600_000
+MAX_AGE_MS = 3_600_000
+CLAIMS = NoticeClaims(
+    bid_id=560_000_000_123_456_789,
+    imp_id="imp-1",
+    campaign_id="harbor-bank-leaderboard",
+    advertiser="harbor-bank",
+    creative_id="hb-728x90-savings",
+    user_key="b:u1",
+    household_key=None,
+    max_price_cpm_micros=2_500_000,
+    issued_ms=NOW_MS - 1_000,
+)
+TOKEN = SIGNER.sign(CLAIMS)
 
 
-def test_valid_notice_parses() -> None:
-    assert parse_notice(VALID) == Notice(
-        request_id="r1",
-        bid_id="1",
-        imp_id="imp-1",
-        campaign_id="harbor-bank-leaderboard",
-        creative_id="hb-728x90-savings",
-        bid_price_cpm_micros=2_500_000,
-        clearing_price_cpm_micros=1_250_000,
-    )
+def _parse(now_ms: int = NOW_MS, **query: str) -> Notice:
+    return parse_notice({"t": TOKEN, "p": "1.25", **query}, SIGNER, now_ms, MAX_AGE_MS)
 
 
-@pytest.mark.parametrize("key", REQUIRED)
-def test_missing_parameter_is_named(key: str) -> None:
-    with pytest.raises(NoticeError, match=f"missing parameter.*\\b{key}\\b"):
-        parse_notice(_without(key))
-
-
-def test_every_missing_parameter_is_listed() -> None:
+def _reason(now_ms: int = NOW_MS, **query: str) -> str:
     with pytest.raises(NoticeError) as caught:
-        parse_notice(_without("imp", "crid", "price"))
-    assert str(caught.value).endswith("imp, crid, price")
+        _parse(now_ms, **query)
+    return caught.value.reason
 
 
-@pytest.mark.parametrize("key", REQUIRED)
-def test_empty_parameter_counts_as_missing(key: str) -> None:
+def test_valid_notice_carries_the_signed_claims_and_the_price() -> None:
+    assert _parse() == Notice(CLAIMS, 1_250_000)
+
+
+@pytest.mark.parametrize("key", ["t", "p"])
+def test_missing_token_or_price_is_refused(key: str) -> None:
+    query = {"t": TOKEN, "p": "1.25"}
+    del query[key]
     with pytest.raises(NoticeError, match="missing"):
-        parse_notice(_with(**{key: ""}))
+        parse_notice(query, SIGNER, NOW_MS, MAX_AGE_MS)
 
 
-@pytest.mark.parametrize("key", ["price", "bp"])
-def test_unsubstituted_macro_is_refused(key: str) -> None:
-    with pytest.raises(NoticeError, match="did not substitute the macro"):
-        parse_notice(_with(**{key: "${AUCTION_PRICE}"}))
+def test_a_forged_token_is_refused() -> None:
+    forged = TokenSigner({"k1": b"f" * 32}, "k1").sign(CLAIMS)
+    assert _reason(t=forged) == "bad_token"
 
 
-@pytest.mark.parametrize("price", ["abc", "1,25", "0x10", "1.2.3", "$1", "USD 1"])
-def test_non_numeric_price_is_refused(price: str) -> None:
-    with pytest.raises(NoticeError, match="not a number"):
-        parse_notice(_with(price=price))
+def test_a_tampered_token_is_refused() -> None:
+    tampered = TOKEN[:-8] + ("A" if TOKEN[-8] != "A" else "B") + TOKEN[-7:]
+    assert _reason(t=tampered) == "bad_token"
 
 
-@pytest.mark.parametrize("price", ["-0.01", "inf", "-inf", "Infinity", "nan", "NaN", "1e300"])
-def test_negative_or_non_finite_price_is_refused(price: str) -> None:
-    with pytest.raises(NoticeError, match="out of range"):
-        parse_notice(_with(price=price))
+def test_a_notice_older_than_the_window_is_expired() -> None:
+    assert _reason(now_ms=CLAIMS.issued_ms + MAX_AGE_MS + 1) == "expired"
 
 
-def test_non_numeric_bid_price_is_refused() -> None:
-    with pytest.raises(NoticeError, match="bp is not a number"):
-        parse_notice(_with(bp="lots"))
+def test_a_notice_at_the_end_of_the_window_is_accepted() -> None:
+    assert _parse(now_ms=CLAIMS.issued_ms + MAX_AGE_MS).clearing_price_cpm_micros == 1_250_000
 
 
-def test_price_above_the_bid_price_is_refused() -> None:
-    with pytest.raises(NoticeError, match="above the bid price"):
-        parse_notice(_with(bp="2500000", price="2.500001"))
+def test_a_token_issued_far_in_the_future_is_refused() -> None:
+    assert _reason(now_ms=CLAIMS.issued_ms - MAX_SKEW_MS - 1) == "future"
 
 
-def test_price_equal_to_the_bid_price_is_accepted() -> None:
-    assert parse_notice(_with(bp="2500000", price="2.5")).clearing_price_cpm_micros == 2_500_000
+def test_an_unsubstituted_price_macro_is_refused() -> None:
+    assert _reason(p="${AUCTION_PRICE}") == "bad_price"
 
 
-def test_zero_price_is_accepted() -> None:
-    assert parse_notice(_with(price="0")).clearing_price_cpm_micros == 0
+@pytest.mark.parametrize(
+    "price", ["abc", "1,25", "0x10", "1.2.3", "$1", "USD 1", "-0.01", "inf", "nan", " 1.5 ", "1_0"]
+)
+def test_a_price_that_is_not_a_plain_decimal_is_refused(price: str) -> None:
+    assert _reason(p=price) == "bad_price"
+
+
+def test_a_price_above_the_bid_is_refused() -> None:
+    assert _reason(p="2.500001") == "above_bid"
+
+
+def test_a_price_equal_to_the_bid_is_accepted() -> None:
+    assert _parse(p="2.5").clearing_price_cpm_micros == 2_500_000
+
+
+def test_a_zero_price_is_accepted() -> None:
+    assert _parse(p="0").clearing_price_cpm_micros == 0
+
+
+def test_another_currency_is_refused() -> None:
+    assert _reason(c="EUR") == "currency"
+
+
+@pytest.mark.parametrize("currency", ["USD", "${AUCTION_CURRENCY}"])
+def test_usd_or_an_unsubstituted_currency_macro_is_accepted(currency: str) -> None:
+    assert _parse(c=currency).clearing_price_cpm_micros == 1_250_000
 
 
 @pytest.mark.parametrize(
     ("price", "micros"),
-    [("1.25", 1_250_000), ("0.031", 31_000), ("2", 2_000_000), ("0.0000014", 1), ("1e-6", 1)],
-)
-def test_price_becomes_cpm_micros_rounded(price: str, micros: int) -> None:
-    assert parse_notice(_with(price=price)).clearing_price_cpm_micros == micros
+    [("1.25", 1_250_000), ("0.031", 31_000), ("2", 2_000_000), ("0.0000014", 1), ("1e-6", 1),
+     ("0.0000005", 1), ("0.00000049", 0), (".5", 500_000), ("3.", 3_000_000)],
+)  # fmt: skip
+def test_price_becomes_cpm_micros_rounded_half_up(price: str, micros: int) -> None:
+    assert parse_price(price) == micros
 
 
-@given(micros=st.integers(0, 1_000_000_000))
+def test_an_absurdly_large_price_is_out_of_range() -> None:
+    with pytest.raises(NoticeError, match="out of range"):
+        parse_price("9e99")
+
+
+@given(micros=st.integers(0, 1_000_000_000_000))
 def test_our_own_price_as_a_float_parses_back_to_its_micros(micros: int) -> None:
-    notice = parse_notice(_with(bp=str(micros), price=repr(micros / 1_000_000)))
-    assert notice.clearing_price_cpm_micros == micros
+    assert parse_price(repr(micros / 1_000_000)) == micros
 
 
-@given(query=st.dictionaries(st.text(max_size=6), st.text(max_size=12)))
+@given(micros=st.integers(0, 10**12))
+def test_a_six_decimal_price_parses_exactly(micros: int) -> None:
+    assert parse_price(f"{micros // 10**6}.{micros % 10**6:06d}") == micros
+
+
+@given(query=st.dictionaries(st.sampled_from(["t", "p", "c", "x"]), st.text(max_size=40)))
 def test_any_query_raises_only_notice_error(query: dict[str, str]) -> None:
     with contextlib.suppress(NoticeError):
-        parse_notice(query)
+        parse_notice(query, SIGNER, NOW_MS, MAX_AGE_MS)
 
 
-values = (
-    st.text(max_size=24)
-    | st.floats().map(repr)
-    | st.integers().map(str)
-    | st.sampled_from(["${AUCTION_PRICE}", "1e309", "-0", " 1.5 ", "1_000"])
-)
-
-
-@given(query=st.fixed_dictionaries({key: values for key in REQUIRED}))
-def test_any_values_of_the_required_parameters_raise_only_notice_error(
-    query: dict[str, str],
-) -> None:
+@given(price=st.text(max_size=30) | st.floats().map(repr) | st.integers().map(str))
+def test_any_price_text_raises_only_notice_error(price: str) -> None:
     with contextlib.suppress(NoticeError):
-        parse_notice(query)
+        parse_price(price)
+
+
+def test_a_token_for_a_cheaper_bid_caps_the_price() -> None:
+    cheap = SIGNER.sign(dataclasses.replace(CLAIMS, max_price_cpm_micros=1_000_000))
+    assert _reason(t=cheap, p="1.000001") == "above_bid"

@@ -11,16 +11,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bidder.campaigns import load_campaign_file
+from bidder.clock import ManualClock
 from bidder.eligibility import Candidate
 from bidder.notices import parse_notice
 from bidder.openrtb import BidRequest, Imp, parse_bid_request
 from bidder.pipeline import Context, PricedCandidate
-from bidder.response import build_response
+from bidder.response import NoticeUrls, build_response
+from bidder.tokens import TokenSigner
+from ids import IdsUnavailable, Snowflake, bid_id_source, decode
 from tests.bidder.conftest import CAMPAIGNS as CAMPAIGNS_PATH
 
 CAMPAIGNS = {campaign.id: campaign for campaign in load_campaign_file(CAMPAIGNS_PATH)}
 BASE = "https://bidder.example"
 MACRO = "${AUCTION_PRICE}"
+CLOCK = ManualClock()
+SIGNER = TokenSigner({"k1": b"r" * 32}, "k1")
+IDS = Snowflake(CLOCK, worker=9, pause=lambda: CLOCK.advance(0.001))
+URLS = NoticeUrls(BASE, SIGNER, IDS.next_id, CLOCK)
 
 # (campaign, creative) of each format among the bundled campaigns.
 BANNER = ("brightleaf-remnant-mrec", "bl-mrec-quote")
@@ -42,9 +49,13 @@ def _option(imp: Imp, ids: tuple[str, str] = BANNER, price: int = 1_000_000) -> 
     return PricedCandidate(Candidate(imp, campaign, creative), price)
 
 
-def _response(request: BidRequest, *priced: PricedCandidate) -> dict[str, Any]:
+def _response(
+    request: BidRequest, *priced: PricedCandidate, urls: NoticeUrls = URLS
+) -> dict[str, Any]:
     ctx = Context(request=request, ssp="ssp-1", received=0.0, priced=list(priced))
-    response: dict[str, Any] = orjson.loads(build_response(ctx, "bidsim-seat", BASE))
+    ctx.user_key, ctx.household_key = "b:user-1", "h:4:192.0.2.1"
+    body = build_response(ctx, "bidsim-seat", urls, bid_id_source())
+    response: dict[str, Any] = orjson.loads(body)
     return response
 
 
@@ -174,39 +185,71 @@ def test_bid_carries_attr_only_when_the_creative_has_some() -> None:
 # ---------------------------------------------------------------------- notice URLs
 
 
+def _claims(url: str, price: str = "0.5") -> Any:
+    query = _query(url.replace(MACRO, price))
+    return parse_notice(query, SIGNER, CLOCK.wall_ms(), 3_600_000).claims
+
+
 @pytest.mark.parametrize(("key", "path"), [("nurl", "/notice/win"), ("burl", "/notice/bill")])
 def test_notice_url_points_at_its_endpoint(key: str, path: str) -> None:
-    assert _one_bid()[key].startswith(f"{BASE}{path}?")
+    assert _one_bid()[key].startswith(f"{BASE}{path}?t=k1.")
 
 
 @pytest.mark.parametrize("key", ["nurl", "burl"])
-def test_notice_url_carries_the_auction_price_macro_unescaped(key: str) -> None:
-    assert _one_bid()[key].endswith(f"&price={MACRO}")
+def test_notice_url_carries_the_macros_verbatim(key: str) -> None:
+    assert _one_bid()[key].endswith(f"&p={MACRO}&c=${{AUCTION_CURRENCY}}")
 
 
-def test_notice_url_parameters_are_escaped() -> None:
-    request = _request("imp 1&x=2", request_id="r&id=1 ü#?/")
-    [bid] = _bids(request, _option(request.imps[0]))
-    query = urlsplit(bid["nurl"]).query.removesuffix(f"&price={MACRO}")
-    assert all(char not in query for char in " ü#?/")
+def test_win_and_billing_urls_carry_the_same_token() -> None:
+    bid = _one_bid()
+    assert _query(bid["nurl"])["t"] == _query(bid["burl"])["t"]
+
+
+def test_token_names_the_bid_it_was_made_for() -> None:
+    claims = _claims(_one_bid(NATIVE, price=1_234_567)["burl"])
+    assert (claims.imp_id, claims.campaign_id, claims.creative_id) == ("1", *NATIVE)
+    assert (claims.advertiser, claims.max_price_cpm_micros) == (
+        CAMPAIGNS[NATIVE[0]].advertiser,
+        1_234_567,
+    )
+
+
+def test_token_carries_the_user_and_household_keys() -> None:
+    claims = _claims(_one_bid()["nurl"])
+    assert (claims.user_key, claims.household_key) == ("b:user-1", "h:4:192.0.2.1")
+
+
+def test_token_carries_the_issue_time() -> None:
+    assert _claims(_one_bid()["nurl"]).issued_ms == CLOCK.wall_ms()
+
+
+def test_each_bid_gets_its_own_snowflake_id() -> None:
+    request = _request(*(str(n) for n in range(5)))
+    bids = _bids(request, *(_option(imp) for imp in request.imps))
+    snowflakes = {_claims(bid["nurl"]).bid_id for bid in bids}
+    assert len(snowflakes) == 5 and {decode(s).worker for s in snowflakes} == {9}
+
+
+def test_no_snowflake_id_means_no_response() -> None:
+    urls = NoticeUrls(BASE, SIGNER, Snowflake(CLOCK).next_id, CLOCK)  # never granted an id
+    request = _request()
+    with pytest.raises(IdsUnavailable):
+        _response(request, _option(request.imps[0]), urls=urls)
 
 
 @given(request_id=st.text(min_size=1, max_size=20), imp_id=st.text(min_size=1, max_size=20))
-def test_notice_url_parameters_round_trip_through_parse_qsl(request_id: str, imp_id: str) -> None:
+def test_any_imp_id_round_trips_through_the_token(request_id: str, imp_id: str) -> None:
     request = _request(imp_id, request_id=request_id)
     [bid] = _bids(request, _option(request.imps[0], BANNER, 1_234_567))
-    expected = {"req": request_id, "bid": bid["id"], "imp": imp_id, "cid": BANNER[0]}
-    expected |= {"crid": BANNER[1], "bp": "1234567", "price": MACRO}
-    assert (_query(bid["nurl"]), _query(bid["burl"])) == (expected, expected)
+    assert _claims(bid["nurl"]).imp_id == imp_id
 
 
 @given(micros=st.integers(1, 1_000_000_000))
 def test_notice_url_parses_back_to_its_bid_once_the_exchange_fills_the_price(micros: int) -> None:
     bid = _one_bid(price=micros)
     url = bid["burl"].replace(MACRO, repr(bid["price"]))
-    notice = parse_notice(_query(url))
-    assert (notice.bid_id, notice.bid_price_cpm_micros, notice.clearing_price_cpm_micros) == (
-        bid["id"],
+    notice = parse_notice(_query(url), SIGNER, CLOCK.wall_ms(), 3_600_000)
+    assert (notice.claims.max_price_cpm_micros, notice.clearing_price_cpm_micros) == (
         micros,
         micros,
     )

@@ -1,0 +1,146 @@
+"""Snowflake worker ids leased in Valkey, renewed, and given up on loss.
+
+Theory of operation. Two hashes under one hash tag (one slot, so the scripts work on
+Valkey Cluster unchanged): ``leases`` maps a worker id to ``owner|expires_ms`` and
+``hwm`` maps it to a high-water mark, the highest millisecond any holder may have put
+in an id. ``acquire`` takes the lowest worker id whose lease is absent or expired and
+reads its mark; ``renew`` extends the lease if the value still names us and raises
+the mark to the new local validity; ``release`` deletes it and sets the mark to the
+last millisecond actually used. Each is one Lua script, so atomic.
+
+Uniqueness never depends on clocks agreeing. A holder issues ids only in
+milliseconds strictly below its local ``valid_until`` (send time of the renewal +
+ttl - margin), which the renewal wrote as the mark *before* the holder used it; a
+new holder issues only in milliseconds strictly above the mark it read when it
+acquired. After a takeover the old holder can no longer renew (the value names
+someone else), so its ids stay below the mark and the new holder's above it. Clock
+skew only affects liveness: a fast clock may see a lease expire early and take it
+over, the old holder then loses it (``LeaseLost`` on its bid path) and acquires
+another id. Expiry is judged by the caller's injected clock so tests run in
+virtual time.
+
+Losing the lease (a renewal finds someone else's value) revokes the generator at
+once. If Valkey cannot be reached the generator stops by itself when its local
+validity ends; nothing is issued on a lease that might have been taken over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable
+from importlib import resources
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+
+from bidder.clock import Clock
+from ids.snowflake import MAX_WORKER, Snowflake
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TTL_MS = 10_000
+DEFAULT_MARGIN_MS = 2_000
+WORKER_IDS = MAX_WORKER + 1
+
+
+class NoWorkerId(Exception):
+    """Every worker id is leased by a live holder."""
+
+
+def lease_keys(namespace: str) -> list[str]:
+    """The two hashes, under one hash tag (one cluster slot)."""
+    return [f"{{{namespace}:ids}}:leases", f"{{{namespace}:ids}}:hwm"]
+
+
+def _script(client: aioredis.Redis, name: str) -> AsyncScript:
+    text = resources.files("ids").joinpath("lua", name).read_text(encoding="utf-8")
+    return client.register_script(text)
+
+
+class WorkerLease:
+    """Hold one worker id for ``generator``; call ``renew`` every ``renew_interval_s``."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        generator: Snowflake,
+        clock: Clock,
+        *,
+        namespace: str = "bidsim",
+        ttl_ms: int = DEFAULT_TTL_MS,
+        margin_ms: int = DEFAULT_MARGIN_MS,
+        worker_ids: int = WORKER_IDS,
+        on_lost: Callable[[], None] | None = None,
+    ) -> None:
+        if not 0 <= margin_ms < ttl_ms:
+            raise ValueError("the lease margin must be at least 0 and below the ttl")
+        self._generator = generator
+        self._clock = clock
+        self._ttl_ms = ttl_ms
+        self._margin_ms = margin_ms
+        self._on_lost = on_lost
+        self._worker_ids = worker_ids
+        self._keys = lease_keys(namespace)
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
+        self._acquire = _script(client, "acquire.lua")
+        self._renew = _script(client, "renew.lua")
+        self._release = _script(client, "release.lua")
+        self.worker: int | None = None
+
+    @property
+    def renew_interval_s(self) -> float:
+        """Three renewals per ttl: one lost round trip never costs the lease."""
+        return (self._ttl_ms - self._margin_ms) / 3000
+
+    async def acquire(self) -> int:
+        """Lease a free worker id and grant it to the generator; NoWorkerId when none."""
+        sent = self._clock.wall_ms()
+        args: list[str | int] = [self._owner, sent, self._ttl_ms, self._worker_ids]
+        worker, hwm = await self._acquire(keys=self._keys, args=args)
+        if worker < 0:
+            raise NoWorkerId(f"all {self._worker_ids} Snowflake worker ids are leased")
+        self.worker = int(worker)
+        self._generator.grant(self.worker, self._valid_until(sent), not_before_ms=int(hwm))
+        return self.worker
+
+    async def renew(self) -> bool:
+        """Extend the lease. False (and the generator revoked) when it was lost."""
+        if self.worker is None:
+            return False
+        sent = self._clock.wall_ms()
+        valid_until = self._valid_until(sent)
+        args: list[str | int] = [self._owner, self.worker, sent, self._ttl_ms, valid_until]
+        if await self._renew(keys=self._keys, args=args):
+            self._generator.grant(self.worker, valid_until)
+            return True
+        log.error("Snowflake worker id %d was taken over; ids stop until re-acquired", self.worker)
+        self._generator.revoke()
+        self.worker = None
+        if self._on_lost is not None:
+            self._on_lost()
+        return False
+
+    async def keep(self) -> None:
+        """Renew forever; re-acquire after a loss. Valkey errors are logged and retried."""
+        while True:
+            await asyncio.sleep(self.renew_interval_s)
+            try:
+                if self.worker is None or not await self.renew():
+                    await self.acquire()
+            except Exception as exc:  # Valkey down or full: the generator expires by itself
+                log.warning("Snowflake worker id lease not renewed: %s", exc)
+
+    async def release(self) -> None:
+        """Stop issuing ids and give the worker id back (on shutdown)."""
+        worker, last_ms = self.worker, self._generator.last_ms
+        self._generator.revoke()
+        self.worker = None
+        if worker is not None:
+            await self._release(keys=self._keys, args=[self._owner, worker, last_ms])
+
+    def _valid_until(self, sent_ms: int) -> int:
+        return sent_ms + self._ttl_ms - self._margin_ms
