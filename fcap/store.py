@@ -1,4 +1,9 @@
-"""The Valkey adapter: three scripts behind an async API. Raises ``FcapUnavailable``.
+"""The Valkey adapter: three scripts and one read behind an async API. Raises
+``FcapUnavailable``.
+
+A check sends, per side, one command built from a cached plan (``fcap.plan``):
+check.lua when a candidate reserves at bid, else a plain HMGET sent the lean way
+(``fcap.wire``); the decision is made here from the values read.
 
 Works with ``redis.asyncio.Redis`` and ``redis.asyncio.RedisCluster`` alike: every
 call touches the keys of one hash tag. A user's counters and a household's are two
@@ -30,11 +35,13 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from fcap import keys, scripts
-from fcap.rules import Rule, Subject, capped_until, fields_at, rules_argv
+from fcap.plan import RESERVED, Period, Plan, build_plan, decide
+from fcap.rules import Subject, rules_argv
+from fcap.wire import Reader
 
 CHECK_TIMEOUT_S = 0.004
-RESERVED = -1
-"""In a side's answers: the subject was under every cap and a slot was reserved."""
+MAX_PLANS = 4_096
+"""Cached check plans (one per candidate set seen; ``fcap.plan``)."""
 WRITE_TIMEOUT_S = 0.1
 
 
@@ -92,10 +99,17 @@ class FcapStore:
         *,
         check_timeout_s: float = CHECK_TIMEOUT_S,
         write_timeout_s: float = WRITE_TIMEOUT_S,
+        max_plans: int = MAX_PLANS,
+        lean_reads: bool = True,
     ) -> None:
+        """``lean_reads=False`` sends read-only checks through ``execute_command`` like
+        any command (``fcap.wire``); only the benchmark's reference wants that."""
         self.client = client
         self.check_timeout_s = check_timeout_s
         self.write_timeout_s = write_timeout_s
+        self.max_plans = max(1, max_plans)
+        self._plans: dict[tuple[tuple[Subject, ...], bool, bool], Plan] = {}
+        self._reader = Reader(client, lean=lean_reads)
         self._background: set[asyncio.Task[Any]] = set()
         self._loading = asyncio.Lock()
 
@@ -126,18 +140,18 @@ class FcapStore:
         ``deadline`` is absolute on the loop's clock; the call also stops after
         ``check_timeout_s``. Raises FcapUnavailable.
         """
-        unknown = frozenset(s for s in subjects if _lacks_key(s, user_key, household_key))
-        # A fail-closed subject with unknown counters is out anyway: don't touch its others.
-        live = [s for s in subjects if not (s.fail_closed and s in unknown)]
-        user = [s for s in live if s.user_rules and user_key]
-        house = [s for s in live if s.household_rules and household_key]
-        plan = [(keys.USER, user_key, user), (keys.HOUSEHOLD, household_key, house)]
-        plan = [(kind, key, side) for kind, key, side in plan if key and side]
-        calls = [self._check_side(kind, key, side, now_ms) for kind, key, side in plan if key]
+        plan = self._plan(subjects, user_key, household_key)
+        if not plan.sides:
+            return CheckResult({}, plan.unknown)
         limit = min(deadline, asyncio.get_running_loop().time() + self.check_timeout_s)
-        answers = await self._run(calls, limit) if calls else []
-        sides = [(k, key, side, a) for (k, key, side), a in zip(plan, answers, strict=True)]
-        return self._result(sides, unknown, now_ms)
+        keyed = [user_key if side.kind == keys.USER else household_key for side in plan.sides]
+        periods = [side.at(now_ms) for side in plan.sides]
+        calls = [
+            self._read(side.kind, key, period, now_ms)
+            for side, key, period in zip(plan.sides, keyed, periods, strict=True)
+        ]
+        answers = await self._run(calls, limit)
+        return self._result(plan, keyed, periods, answers, now_ms)
 
     async def count(
         self,
@@ -200,58 +214,52 @@ class FcapStore:
 
     # ------------------------------------------------------------------ internals
 
-    async def _check_side(
-        self, kind: str, key: str, subjects: list[Subject], now_ms: int
-    ) -> list[int]:
-        """One check.lua call; the instant each subject stays capped until (0: not; -1:
-        reserved)."""
-        fields: list[str] = []
-        spans: list[list[tuple[Rule, int, int]]] = []
-        requests: list[str] = []
-        for subject in subjects:
-            rules = subject.user_rules if kind == keys.USER else subject.household_rules
-            mine = []
-            for rule in rules:
-                names = fields_at(rule, now_ms)
-                mine.append((rule, len(fields), len(names)))
-                fields += names
-            spans.append(mine)
-            if subject.reserve:
-                requests.append(_reserve_request(mine))
-        args = (now_ms, " ".join(fields), " ".join(requests))
-        hash_key = (keys.counters(kind, key),)
-        raw: list[Any] = await scripts.CHECK(self.client, hash_key, args, self._loading)
-        values, granted = raw[: len(fields)], iter(raw[len(fields) :])
-        untils = []
-        for subject, mine in zip(subjects, spans, strict=True):
-            if subject.reserve and next(granted) == 1:
-                untils.append(RESERVED)
-                continue
-            until = 0
-            for rule, first, count in mine:
-                until = max(until, capped_until(rule, values[first : first + count], now_ms))
-            untils.append(until)
-        return untils
+    def _plan(
+        self, subjects: Sequence[Subject], user_key: str | None, household_key: str | None
+    ) -> Plan:
+        """The cached plan of these candidates (``fcap.plan``); oldest plans go first."""
+        key = (tuple(subjects), bool(user_key), bool(household_key))
+        found = self._plans.get(key)
+        if found is None:
+            if len(self._plans) >= self.max_plans:
+                del self._plans[next(iter(self._plans))]
+            found = self._plans[key] = build_plan(key[0], key[1], key[2])
+        return found
+
+    async def _read(self, kind: str, key: str | None, period: Period, now_ms: int) -> Any:
+        """One side's answer: the values of ``period.fields`` (then the grants of its
+        reserve requests). A side with a reserve-at-bid subject runs check.lua (decide
+        and reserve atomically); any other is a plain HMGET, atomic on its own."""
+        hash_key = keys.counters(kind, key or "")
+        if period.requests:
+            args: tuple[str | int, ...] = (now_ms, period.requests, *period.fields)
+            return await scripts.CHECK(self.client, (hash_key,), args, self._loading)
+        return await self._reader.hmget(hash_key, period.fields, period.packed)
 
     def _result(
         self,
-        sides: list[tuple[str, str | None, list[Subject], list[int]]],
-        unknown: frozenset[Subject],
+        plan: Plan,
+        keyed: list[str | None],
+        periods: list[Period],
+        answers: list[Any],
         now_ms: int,
     ) -> CheckResult:
         capped: dict[Subject, int] = {}
         taken: dict[Subject, list[tuple[str, str]]] = {}
-        for kind, key, subjects, untils in sides:
-            for subject, until in zip(subjects, untils, strict=True):
-                if until == RESERVED and key:
-                    taken.setdefault(subject, []).append((kind, key))
-                elif until:
+        for side, key, period, answer in zip(plan.sides, keyed, periods, answers, strict=True):
+            for subject, until in decide(period, answer, now_ms):
+                if until == RESERVED:
+                    if key:
+                        taken.setdefault(subject, []).append((side.kind, key))
+                else:
                     capped[subject] = max(until, capped.get(subject, 0))
+        if not taken:
+            return CheckResult(capped, plan.unknown)
         reservations = {s: Reservation(s, now_ms, tuple(sides_)) for s, sides_ in taken.items()}
         for subject in [s for s in reservations if s in capped]:
             # Reserved on one side, capped on the other: give the slot back.
             self._in_background(self.release(reservations.pop(subject)))
-        return CheckResult(capped, unknown, reservations)
+        return CheckResult(capped, plan.unknown, reservations)
 
     def _in_background(self, call: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(_quietly(call))
@@ -278,18 +286,6 @@ class FcapStore:
             if rest is not None:
                 raise
             raise FcapUnavailable(f"frequency counters unavailable: {group!r}") from group
-
-
-def _reserve_request(spans: list[tuple[Rule, int, int]]) -> str:
-    """check.lua's reserve request of one subject: its rules and where their fields are."""
-    rules = (f"{r.kind} {r.limit} {r.size_ms} {first + 1} {count}" for r, first, count in spans)
-    return " ".join((str(len(spans)), *rules))
-
-
-def _lacks_key(subject: Subject, user_key: str | None, household_key: str | None) -> bool:
-    return bool(subject.user_rules and not user_key) or bool(
-        subject.household_rules and not household_key
-    )
 
 
 def _combine(codes: list[int]) -> CountOutcome:

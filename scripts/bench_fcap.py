@@ -9,9 +9,13 @@ campaigns with a day cap each, so 10 live day counters per user.
    encoding: one hash per user, no dedup marks); the naive schema
    ``freq:{user}:{campaign}:{day}`` with INCR + EXPIRE, pipelined. Bytes per counter
    = the ``INFO memory`` used_memory delta / counters.
-2. speed: one asyncio client, one request in flight (a round trip each): rounds of
-   ``--ops`` 10-campaign checks (``FcapStore.check``) of random loaded users,
-   alternating with rounds of single GETs. Medians over ``--rounds``.
+2. speed: one asyncio client, one request in flight (a round trip each). Each round:
+   ``--ops`` 10-campaign checks (``FcapStore.check``) of random loaded users, then
+   ``--ops`` single GETs (``client.get``: redis-py's ordinary path), then the same
+   checks again through a store whose reads take that ordinary path too
+   (``lean_reads=False``: the ``plain_check_*`` reference, which shows how much of
+   ``check_ratio`` is the lean read of ``fcap.wire``). All through one client object.
+   Medians over ``--rounds``; ``check_ratio`` = median check rate / median GET rate.
 
 The last line printed is one JSON object.
 
@@ -100,30 +104,39 @@ def load_naive(url: str, users: list[str]) -> None:
 async def speed(url: str, users: list[str], rounds: int, ops: int) -> dict[str, Any]:
     client = connect(url, socket_timeout_s=5.0)
     store = FcapStore(client, check_timeout_s=5.0)
+    # The reference: the same check with its read sent through execute_command.
+    plain = FcapStore(client, check_timeout_s=5.0, lean_reads=False)
     await store.start()
     await client.set("bench:get", "1")
     checking = _subjects("win")
     loop = asyncio.get_running_loop()
-    check_rates, get_rates = [], []
+    rates: dict[str, list[float]] = {"check": [], "get": [], "plain": []}
     for _ in range(rounds):
         picks = random.choices(users, k=ops)
         started = time.perf_counter()
         for user in picks:
             await store.check(checking, user, None, NOW_MS, loop.time() + 5.0)
-        check_rates.append(ops / (time.perf_counter() - started))
+        rates["check"].append(ops / (time.perf_counter() - started))
         started = time.perf_counter()
         for _ in range(ops):
             await client.get("bench:get")
-        get_rates.append(ops / (time.perf_counter() - started))
-    result = await store.check(checking, users[0], None, NOW_MS, loop.time() + 5.0)
-    if result.capped:
-        raise SystemExit("bench: a loaded user is capped; the workload is wrong")
+        rates["get"].append(ops / (time.perf_counter() - started))
+        started = time.perf_counter()
+        for user in picks:
+            await plain.check(checking, user, None, NOW_MS, loop.time() + 5.0)
+        rates["plain"].append(ops / (time.perf_counter() - started))
+    for each in (store, plain):
+        result = await each.check(checking, users[0], None, NOW_MS, loop.time() + 5.0)
+        if result.capped:
+            raise SystemExit("bench: a loaded user is capped; the workload is wrong")
     await client.aclose()
     return {
-        "check_rate": round(statistics.median(check_rates)),
-        "get_rate": round(statistics.median(get_rates)),
-        "check_rates": [round(r) for r in check_rates],
-        "get_rates": [round(r) for r in get_rates],
+        "check_rate": round(statistics.median(rates["check"])),
+        "get_rate": round(statistics.median(rates["get"])),
+        "plain_check_rate": round(statistics.median(rates["plain"])),
+        "check_rates": [round(r) for r in rates["check"]],
+        "get_rates": [round(r) for r in rates["get"]],
+        "plain_check_rates": [round(r) for r in rates["plain"]],
     }
 
 
@@ -149,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             naive_b = (_used_memory(naive.url) - base[1]) / counters
             print(f"memory: ours {ours_b:.1f} B/counter, naive {naive_b:.1f} B/counter")
             rates = uvloop.run(speed(ours.url, users, args.rounds, args.ops))
-            print(f"speed: checks/s {rates['check_rates']}, GETs/s {rates['get_rates']}")
+            print(
+                f"speed: checks/s {rates['check_rates']}, GETs/s {rates['get_rates']}, "
+                f"plain checks/s {rates['plain_check_rates']}"
+            )
         finally:
             ours.stop()
             naive.stop()
@@ -161,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         "naive_bytes_per_counter": round(naive_b, 1),
         "memory_ratio": round(naive_b / ours_b, 2),
         "check_ratio": round(rates["check_rate"] / rates["get_rate"], 3),
+        "plain_check_ratio": round(rates["plain_check_rate"] / rates["get_rate"], 3),
         **rates,
         "campaigns_per_check": CAMPAIGNS,
         "rounds": args.rounds,

@@ -1,28 +1,31 @@
 -- check.lua: read every counter a request's candidates need; reserve for those asking.
 -- KEYS[1]: the counter hash of one user or one household (fcap.keys.counters).
 -- ARGV[1]: now_ms, the caller's clock (epoch ms, UTC).
--- ARGV[2]: the fields to read, space-separated (fcap.rules.fields_at of every rule).
--- ARGV[3]: reserve requests (reserve-at-bid subjects), space-separated; per subject:
+-- ARGV[2]: reserve requests (reserve-at-bid subjects), space-separated; per subject:
 --   m, then m rules of 5 values: kind ('b' | 't'), limit, size_ms (bucket size or
---   minimum gap), first (1-based index of the rule's first field in ARGV[2]), count.
--- Returns: the value of each field of ARGV[2] in order (nil when absent), as it is
---   after this call's reservations; then one integer per reserve request: 1 when it
---   was under every cap and one impression was counted now, 0 when capped.
+--   minimum gap), first (1-based index of the rule's first field among the fields),
+--   count.
+-- ARGV[3..]: the fields to read, one per argument (fcap.rules.fields_at of every rule).
+-- Returns: the value of each field in order (nil when absent), as it is after this
+--   call's reservations; then one integer per reserve request: 1 when it was under
+--   every cap and one impression was counted now, 0 when capped.
 -- The caller decides "capped" from the values (fcap.rules.capped_until); only the
 -- reservations must decide here, atomically, so concurrent bids never pass a limit.
 -- Requests are taken in order: a reservation is seen by the requests after it.
+-- (fcap.store sends a check with no reserve request as a plain HMGET instead: the
+-- same answer without a script.)
 
 local key = KEYS[1]
 local now = tonumber(ARGV[1])
 local fields = {}
-for f in string.gmatch(ARGV[2], '%S+') do
-  fields[#fields + 1] = f
+for k = 3, #ARGV do
+  fields[k - 2] = ARGV[k]
 end
 local values = {}
 if #fields > 0 then
   values = redis.call('HMGET', key, unpack(fields))
 end
-if ARGV[3] == '' then
+if ARGV[2] == '' then
   return values
 end
 
@@ -66,7 +69,7 @@ local function take(kind, size, first, count)
 end
 
 local spec = {}
-for t in string.gmatch(ARGV[3], '%S+') do
+for t in string.gmatch(ARGV[2], '%S+') do
   spec[#spec + 1] = t
 end
 local granted, pruned, last = {}, false, 0
