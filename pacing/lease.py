@@ -11,11 +11,14 @@ the old one. Hence the bounds:
 - a stalled reconciler: at most the old lease's rest plus the new one, 2 chunks per
   node, and then nothing: every lease expires two ticks after it was written.
 
-The reconciler counts a lease as *exposure* (money that may be spent without it
-knowing yet) until it expires, whatever has been spent from it, and grants only what
-keeps ``spent + exposure <= budget``. That is conservative by design: it never needs
-to know how much of a lease a node has used, only that spend older than an expired
-lease has reached the ledger.
+*Exposure* bounds what nodes can still spend from the leases written so far; grants
+keep ``spent + exposure <= budget``. It is a running balance: grants add, the spend
+applied since the previous tick subtracts (nodes spend only from leases, whichever one
+it came from), capped at the amounts of the unexpired leases and floored at 0.
+Subtracting spend per lease instead would be unsound: spend after a grant may come from
+the lease it replaced, leaving the new one whole. Spend beyond the balance is reported
+as ``overdrawn``. Late ledger entries only make the balance conservative, except that
+the expiry cap assumes a lease's spend is applied by the tick it expires at.
 
 Chunk size: ``budget / nodes / chunk_periods_per_day``. The default 288 periods (five
 minutes of a node's average spend) gives the design card's $0.69 for $10,000 and 50
@@ -177,18 +180,43 @@ class _Generation:
 
 
 class LeaseBook:
-    """Reconciler side: the leases of one campaign that may still be spent."""
+    """Reconciler side: an upper bound on what one campaign's leases can still spend.
 
-    __slots__ = ("_live",)
+    Call ``observe`` once per tick with the campaign's spend so far, then ``record`` the
+    tick's grant; ``exposure`` is the bound after both (see the module docstring).
+    """
+
+    __slots__ = ("_exposure", "_live", "_spent", "overdrawn")
 
     def __init__(self) -> None:
         self._live: list[_Generation] = []
+        self._exposure = 0
+        self._spent: int | None = None
+        self.overdrawn = 0
+        """Spend seen by the last ``observe`` beyond the exposure before it."""
 
-    def exposure(self, now_ms: int) -> int:
-        """Micros granted in leases that have not expired at ``now_ms``."""
+    @property
+    def exposure(self) -> int:
+        return self._exposure
+
+    def observe(self, now_ms: int, spent: int) -> int:
+        """The exposure at ``now_ms`` given the campaign's cumulative ``spent``."""
         self._live = [g for g in self._live if g.expires_ms > now_ms]
-        return sum(g.total_micros for g in self._live)
+        since = 0 if self._spent is None else spent - self._spent
+        self._spent = spent
+        left = self._exposure - since
+        self.overdrawn = max(0, -left)
+        self._exposure = max(0, min(left, sum(g.total_micros for g in self._live)))
+        return self._exposure
 
     def record(self, lease_id: int, per_node: int, nodes: int, expires_ms: int) -> None:
         if per_node > 0 and nodes > 0:
             self._live.append(_Generation(lease_id, per_node * nodes, expires_ms))
+            self._exposure += per_node * nodes
+
+    def rebased(self) -> LeaseBook:
+        """The same leases for a new spend total (a new pacing day): the next
+        ``observe`` takes its spend as the baseline and subtracts nothing."""
+        book = LeaseBook()
+        book._live, book._exposure = list(self._live), self._exposure
+        return book

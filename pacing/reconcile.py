@@ -8,8 +8,12 @@ Each tick, for each campaign of the UTC day:
 3. protect: the breaker sees the interval's spend vs its target; once open, the
    campaign gets rate 0 and empty leases for the rest of the day;
 4. lease: every live node gets the same fresh lease, sized so that
-   ``spent + exposure <= budget`` (``pacing.lease``);
-5. check: the invariants, reported rather than raised (the caller logs and counts).
+   ``spent + exposure <= budget``. Exposure is an honest upper bound on what nodes can
+   still spend: what was granted minus the spend applied since, capped at the unexpired
+   leases' amounts (``pacing.lease.LeaseBook``), so spend drawn from a lease is not
+   counted twice (once in ``spent``, once as the lease's full amount);
+5. check: the invariants, reported rather than raised (the caller logs and counts):
+   ``spent + exposure <= budget``, and no spend beyond what was leased (overdrawn).
 
 ``SpendBook`` applies ledger entries exactly once by ledger id; the live reconciler
 keeps it beside DynamoDB as the ledger-side sum the invariants compare against.
@@ -101,7 +105,9 @@ class Plan:
     target_micros: int
     spent_micros: int
     exposure_micros: int
-    """Leased and not yet expired after this tick's grant."""
+    """What nodes can still spend after this tick's grant (an upper bound)."""
+    overdrawn_micros: int
+    """Spend applied since the previous tick beyond the exposure then: not leased."""
     paused: bool
     tripped: bool
     """The breaker opened on this tick."""
@@ -116,13 +122,16 @@ class CampaignPacer:
 
     __slots__ = ("_last_s", "_last_spent", "book", "breaker", "budget", "config", "day", "pid")
 
-    def __init__(self, budget: Budget, config: PacingConfig, day: int) -> None:
+    def __init__(
+        self, budget: Budget, config: PacingConfig, day: int, book: LeaseBook | None = None
+    ) -> None:
+        """``book``: the leases still outstanding from the previous day, if any."""
         self.budget = budget
         self.config = config
         self.day = day
         self.pid = Pid(config.gains, 0.0, config.initial_rate)
         self.breaker = Breaker(config.breaker_ratio, config.breaker_window_s)
-        self.book = LeaseBook()
+        self.book = book if book is not None else LeaseBook()
         self._last_s: float | None = None
         self._last_spent = 0
 
@@ -136,15 +145,18 @@ class CampaignPacer:
         chunk = cfg.chunk_micros or chunk_micros(
             b.daily_budget_micros, max(nodes, 1), cfg.chunk_periods_per_day
         )
+        outstanding = self.book.observe(now_ms, spent)
         per_node = 0 if paused else grant_per_node(
-            b.daily_budget_micros, spent, self.book.exposure(now_ms), nodes, chunk
+            b.daily_budget_micros, spent, outstanding, nodes, chunk
         )  # fmt: skip
         expires = expiry_ms(now_ms, cfg.tick_ms)
         self.book.record(lease_id, per_node, nodes, expires)
         rate_ppm = 0 if paused else round(rate * RATE_SCALE)
         lease = Lease(lease_id, per_node, expires, rate_ppm)
-        exposure = self.book.exposure(now_ms)
-        return Plan(b.campaign_id, lease, target, spent, exposure, paused, tripped)
+        return Plan(
+            b.campaign_id, lease, target, spent, self.book.exposure, self.book.overdrawn,
+            paused, tripped,
+        )  # fmt: skip
 
     def _observe(self, now_s: float, spent: int, target: int) -> bool:
         if self._last_s is None or now_s <= self._last_s:
@@ -199,20 +211,34 @@ class Reconcile:
             result.plans.append(plan)
             if plan.tripped:
                 result.tripped.append(plan.campaign_id)
-            if plan.spent_micros + plan.exposure_micros > budget.daily_budget_micros:
-                result.violations.append(
-                    f"campaign {plan.campaign_id}: spent {plan.spent_micros} + leased "
-                    f"{plan.exposure_micros} > budget {budget.daily_budget_micros}"
-                )
+            result.violations += violations(plan, budget.daily_budget_micros)
         return result
 
     def _pacer(self, budget: Budget, day: int) -> CampaignPacer:
         pacer = self.pacers.get(budget.campaign_id)
         if pacer is None or pacer.day != day:
-            pacer = self.pacers[budget.campaign_id] = CampaignPacer(budget, self.config, day)
+            # yesterday's leases stay spendable until they expire: carry them over
+            book = None if pacer is None else pacer.book.rebased()
+            pacer = self.pacers[budget.campaign_id] = CampaignPacer(budget, self.config, day, book)
         elif pacer.budget != budget:
             pacer.budget = budget  # a budget or curve edit applies from this tick on
         return pacer
+
+
+def violations(plan: Plan, budget_micros: int) -> list[str]:
+    """The invariants a plan breaks: over budget with exposure, or spend not leased."""
+    found = []
+    if plan.overdrawn_micros > 0:
+        found.append(
+            f"campaign {plan.campaign_id}: spent {plan.overdrawn_micros} beyond its leases "
+            "since the last tick"
+        )
+    if plan.spent_micros + plan.exposure_micros > budget_micros:
+        found.append(
+            f"campaign {plan.campaign_id}: spent {plan.spent_micros} + leased "
+            f"{plan.exposure_micros} > budget {budget_micros}"
+        )
+    return found
 
 
 class SpendBook:

@@ -77,13 +77,70 @@ def test_fleet_accounts_cap_each_node_at_its_lease() -> None:
     assert fleet.spend_up_to(np.array([1, 1, 1]), 10_000).tolist() == [0, 0, 0]
 
 
-def test_lease_book_counts_exposure_until_expiry() -> None:
+def test_lease_book_counts_unspent_leases_until_expiry() -> None:
     book = LeaseBook()
+    book.observe(0, spent=0)
     book.record(1, 10, 5, expires_ms=10_000)
+    book.observe(5_000, spent=0)
     book.record(2, 10, 5, expires_ms=15_000)
-    assert book.exposure(9_999) == 100
-    assert book.exposure(10_000) == 50
-    assert book.exposure(15_000) == 0
+    assert book.exposure == 100
+    assert book.observe(10_000, spent=0) == 50
+    assert book.observe(15_000, spent=0) == 0
+
+
+def test_spend_from_a_lease_is_not_counted_again_as_exposure() -> None:
+    book = LeaseBook()
+    book.observe(0, spent=700)
+    book.record(1, 100, 1, expires_ms=10_000)
+    assert book.observe(5_000, spent=760) == 40
+
+
+def test_a_replaced_lease_spent_after_the_grant_leaves_the_new_one_whole() -> None:
+    # the node kept spending lease 1 after lease 2 was written; lease 2 is untouched
+    book = LeaseBook()
+    book.observe(0, spent=0)
+    book.record(1, 100, 1, expires_ms=10_000)
+    book.observe(5_000, spent=0)
+    book.record(2, 100, 1, expires_ms=15_000)
+    assert book.observe(10_000, spent=100) == 100
+
+
+def test_spend_beyond_the_exposure_is_reported_as_overdrawn() -> None:
+    book = LeaseBook()
+    book.observe(0, spent=0)
+    book.record(1, 100, 2, expires_ms=10_000)
+    assert book.observe(5_000, spent=230) == 0
+    assert book.overdrawn == 30
+    assert book.observe(6_000, spent=230) == 0 and book.overdrawn == 0
+
+
+def test_a_rebased_book_keeps_the_leases_and_takes_a_new_baseline() -> None:
+    book = LeaseBook()
+    book.observe(0, spent=9_000)
+    book.record(1, 100, 1, expires_ms=10_000)
+    carried = book.rebased()
+    assert carried.observe(5_000, spent=0) == 100 and carried.overdrawn == 0
+    assert carried.observe(6_000, spent=40) == 60
+
+
+ticks = st.lists(
+    st.tuples(st.integers(1, 3), st.integers(0, 10**6), st.integers(0, 10**4)), max_size=30
+)
+
+
+@given(ticks)
+def test_exposure_stays_between_zero_and_the_unexpired_leases(
+    steps: list[tuple[int, int, int]],
+) -> None:
+    book, spent, now = LeaseBook(), 0, 0
+    granted: list[tuple[int, int]] = []  # (amount, expires_ms)
+    for gap, extra, per_node in steps:
+        now += gap * 5_000
+        spent += extra
+        live = sum(amount for amount, expires in granted if expires > now)
+        assert 0 <= book.observe(now, spent) <= live
+        book.record(now, per_node, 3, now + 10_000)
+        granted.append((per_node * 3, now + 10_000))
 
 
 def test_breaker_trips_after_a_full_window_over_ratio() -> None:

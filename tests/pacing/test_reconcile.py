@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bidder.ledger import LedgerEntry
-from pacing.curves import STANDARD
-from pacing.reconcile import Budget, PacingConfig, Reconcile, SpendBook, advertiser_mismatches
+from pacing.curves import DAY_MS, STANDARD
+from pacing.reconcile import (
+    Budget,
+    PacingConfig,
+    Reconcile,
+    SpendBook,
+    TickResult,
+    advertiser_mismatches,
+)
 
 DAY0 = 1_767_225_600_000
 NOON = DAY0 + 12 * 3_600_000
@@ -49,15 +56,104 @@ def test_underspend_raises_the_rate_and_overspend_lowers_it() -> None:
     assert ahead.tick(NOON, [_budget()], {"c1": target + 50_000_000}, 5).plans[0].rate < 0.5
 
 
-@given(st.lists(st.integers(0, 2_000_000_000), min_size=1, max_size=40), st.integers(1, 60))
-def test_spent_plus_leased_never_exceeds_budget(spends: list[int], nodes: int) -> None:
-    core, spent, budget = Reconcile(), 0, _budget(5_000_000_000)
-    for k, extra in enumerate(spends):
-        spent = min(spent + extra, budget.daily_budget_micros)
-        result = core.tick(NOON + 5_000 * k, [budget], {"c1": spent}, nodes)
+BUDGET = 5_000_000_000
+TICK_MS = 5_000
+MAX_COST = 12_500
+"""The most one impression can cost at a $12.50 CPM: one in-flight win past a lease."""
+
+near_exhaustion = st.integers(0, 300_000_000)
+"""Budget left before the first tick: where grants are limited by the budget, not the chunk."""
+steps = st.lists(st.tuples(st.integers(1, 3), st.integers(0, 1_000)), min_size=1, max_size=40)
+"""Per tick: ticks since the previous one (late ticks let leases expire) and the share
+of the previous exposure, in permille, the nodes spend meanwhile."""
+
+
+def _realistic(
+    core: Reconcile, left: int, nodes: int, steps: list[tuple[int, int]]
+) -> list[TickResult]:
+    """Ticks where nodes spend only from their leases: at most the previous exposure."""
+    spent, exposure, results = BUDGET - left, 0, []
+    for k, (permille, now) in enumerate(_times(steps)):
+        spent += exposure * permille // 1_000
+        results.append(core.tick(now, [_budget(BUDGET)], {"c1": spent}, nodes))
+        exposure = results[k].plans[0].exposure_micros
+    return results
+
+
+def _times(steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(permille, tick instant) per step."""
+    now, out = NOON, []
+    for gap, permille in steps:
+        now += gap * TICK_MS
+        out.append((permille, now))
+    return out
+
+
+@given(near_exhaustion, st.integers(1, 60), steps)
+@example(left=17_361_111 * 3, nodes=1, steps=[(1, 1_000)] * 5)
+def test_spend_from_leases_never_reports_a_violation_nor_exceeds_the_budget(
+    left: int, nodes: int, steps: list[tuple[int, int]]
+) -> None:
+    for result in _realistic(Reconcile(), left, nodes, steps):
         assert result.violations == []
         plan = result.plans[0]
-        assert plan.spent_micros + plan.exposure_micros <= budget.daily_budget_micros
+        assert plan.spent_micros + plan.exposure_micros <= BUDGET
+
+
+@given(near_exhaustion, st.integers(1, 60), steps, st.integers(1, 10**8))
+def test_spend_beyond_the_leases_is_reported(
+    left: int, nodes: int, steps: list[tuple[int, int]], beyond: int
+) -> None:
+    core = Reconcile()
+    last = _realistic(core, left, nodes, steps)[-1].plans[0]
+    spent = last.spent_micros + last.exposure_micros + beyond  # one node spends past its lease
+    now = _times(steps)[-1][1] + TICK_MS
+    result = core.tick(now, [_budget(BUDGET)], {"c1": spent}, nodes)
+    assert any("beyond its leases" in v for v in result.violations)
+
+
+@given(near_exhaustion, st.integers(1, 60), steps, st.lists(st.integers(0, 60), max_size=40))
+def test_in_flight_wins_past_a_lease_overspend_by_at_most_their_cost(
+    left: int, nodes: int, steps: list[tuple[int, int]], in_flight: list[int]
+) -> None:
+    """Bids admitted against a lease's rest may all win: each costs at most MAX_COST."""
+    core, spent, exposure, overshoot = Reconcile(), BUDGET - left, 0, 0
+    wins_per_tick = in_flight + [0] * len(steps)
+    for (permille, now), wins in zip(_times(steps), wins_per_tick, strict=False):
+        extra = wins * MAX_COST if exposure else 0  # no lease, no bids in flight
+        spent += exposure * permille // 1_000 + extra
+        overshoot += extra
+        plan = core.tick(now, [_budget(BUDGET)], {"c1": spent}, nodes).plans[0]
+        exposure = plan.exposure_micros
+        assert plan.overdrawn_micros <= extra
+        assert spent <= BUDGET + overshoot
+        assert plan.spent_micros + plan.exposure_micros <= BUDGET + overshoot
+
+
+def test_spend_drawn_from_a_lease_is_not_counted_again_as_exposure() -> None:
+    core, budget = Reconcile(PacingConfig(chunk_micros=100)), _budget(900)
+    core.tick(NOON, [budget], {"c1": 700}, nodes=1)  # lease 1: 100
+    full = core.tick(NOON + TICK_MS, [budget], {"c1": 700}, nodes=1).plans[0]  # lease 2: 100
+    assert full.spent_micros + full.exposure_micros == 900
+    # lease 1 spent in full and 50 of lease 2: only lease 2's other 50 can still be spent
+    result = core.tick(NOON + 2 * TICK_MS, [budget], {"c1": 850}, nodes=1)
+    assert result.violations == [] and result.plans[0].exposure_micros == 50
+
+
+def test_spend_past_the_budget_is_reported() -> None:
+    core, budget = Reconcile(PacingConfig(chunk_micros=100)), _budget(900)
+    core.tick(NOON, [budget], {"c1": 850}, nodes=1)  # lease: 50
+    result = core.tick(NOON + TICK_MS, [budget], {"c1": 901}, nodes=1)
+    assert any("> budget 900" in v for v in result.violations)
+
+
+def test_leases_written_before_midnight_still_count_after_it() -> None:
+    core, budget = Reconcile(PacingConfig(chunk_micros=100)), _budget(10_000)
+    core.tick(DAY0 + DAY_MS - TICK_MS, [budget], {"c1": 9_000}, nodes=2)  # 2 x 100 until 00:00:05
+    first = core.tick(DAY0 + DAY_MS, [budget], {"c1": 0}, nodes=2).plans[0]
+    assert first.exposure_micros == 400
+    # today's ledger gets the spend of yesterday's leases: leased, so no violation
+    assert core.tick(DAY0 + DAY_MS + TICK_MS, [budget], {"c1": 350}, nodes=2).violations == []
 
 
 def test_breaker_pauses_a_runaway_within_a_minute() -> None:
