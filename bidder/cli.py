@@ -22,7 +22,11 @@ import uvloop
 
 from bidder.campaign_store import StoreError
 from bidder.campaigns import CampaignError, load_campaign_file
-from bidder.replay.generator import generate
+from bidder.cli_options import (
+    add_bidder_options,
+    settings_from_args,
+)
+from bidder.replay.generator import generate, parse_ssp_boost
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
 from bidder.replay.stream import StreamFormatError, StreamRecord, read_stream
@@ -30,11 +34,12 @@ from bidder.server import load_campaigns, running_bidder
 from bidder.settings import Settings, SettingsError
 from bidder.stack import LocalStack, StackError, free_port
 from bidder.workers import WorkerPoolError
+from models.cli import add_commands as model_commands
+from pacing.cli import add_commands as pacing_commands
 
 log = logging.getLogger("bidsim")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CAMPAIGNS = REPO_ROOT / "fixtures" / "openrtb" / "campaigns.json"
 SAMPLE_STREAM = REPO_ROOT / "fixtures" / "openrtb" / "sample-stream.jsonl.gz"
 
 # Errors that are the user's input or environment, reported in one line.
@@ -86,59 +91,23 @@ def _parser() -> argparse.ArgumentParser:
     _campaigns_parser(sub.add_parser("campaigns", help="check or load a campaign file"))
     stack = sub.add_parser("stack", help="run embedded Valkey + moto until Ctrl-C")
     stack.set_defaults(command=_cmd_stack)
+    pacing_commands(sub)
+    model_commands(sub)
     return parser
-
-
-def _add_stack_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--valkey", metavar="URL", help="use this Valkey instead of starting one")
-    p.add_argument("--aws-endpoint", metavar="URL", help="use this AWS endpoint instead of moto")
-
-
-def _add_bidder_options(p: argparse.ArgumentParser) -> None:
-    _add_stack_options(p)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--workers", type=int, default=1, help="worker processes (SO_REUSEPORT)")
-    p.add_argument("--deadline-ms", type=float, default=8.0, help="hard internal deadline")
-    p.add_argument("--network-allowance-ms", type=float, default=20.0)
-    p.add_argument("--max-body-bytes", type=int, default=256 * 1024)
-    p.add_argument("--campaigns", type=Path, default=DEFAULT_CAMPAIGNS, metavar="FILE")
-    p.add_argument("--campaign-refresh-s", type=float, default=30.0)
-    p.add_argument("--bid-on-test", action="store_true", help="bid on test=1 requests")
-    p.add_argument(
-        "--public-url", metavar="URL", help="base URL of win/billing notices (default: own)"
-    )
-
-
-def _settings(args: argparse.Namespace, port: int, admin_port: int) -> Settings:
-    return Settings(
-        host=args.host,
-        port=port,
-        admin_port=admin_port,
-        workers=args.workers,
-        deadline_ms=args.deadline_ms,
-        network_allowance_ms=args.network_allowance_ms,
-        max_body_bytes=args.max_body_bytes,
-        campaigns_path=args.campaigns,
-        campaign_refresh_s=args.campaign_refresh_s,
-        valkey_url=args.valkey,
-        aws_endpoint=args.aws_endpoint,
-        bid_on_test=args.bid_on_test,
-        public_url=args.public_url,
-    ).validate()
 
 
 # --- serve -----------------------------------------------------------------------------
 
 
 def _serve_parser(p: argparse.ArgumentParser) -> None:
-    _add_bidder_options(p)
+    add_bidder_options(p)
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--admin-port", type=int, default=8081)
     p.set_defaults(command=_cmd_serve)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    settings = _settings(args, args.port, args.admin_port)
+    settings = settings_from_args(args, args.port, args.admin_port)
     with LocalStack(valkey_url=settings.valkey_url, aws_endpoint=settings.aws_endpoint) as stack:
         settings = settings.replace(valkey_url=stack.valkey_url, aws_endpoint=stack.aws_endpoint)
         return uvloop.run(_serve_until_stopped(settings))
@@ -174,7 +143,7 @@ def _replay_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout-ms", type=float, default=100.0, help="client timeout (tmax)")
     p.add_argument("--json", type=Path, metavar="OUT", help="also write the report as JSON")
     p.add_argument("--no-progress", action="store_true")
-    _add_bidder_options(p)
+    add_bidder_options(p)
     p.set_defaults(command=_cmd_replay)
 
 
@@ -199,7 +168,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _replay_embedded(
     args: argparse.Namespace, records: list[StreamRecord], options: ReplayOptions
 ) -> ReplayResult:
-    settings = _settings(args, free_port(), free_port())
+    settings = settings_from_args(args, free_port(), free_port())
     with LocalStack(valkey_url=settings.valkey_url, aws_endpoint=settings.aws_endpoint) as stack:
         settings = settings.replace(valkey_url=stack.valkey_url, aws_endpoint=stack.aws_endpoint)
 
@@ -226,13 +195,20 @@ def _gen_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, required=True)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--rate", type=float, default=400.0, help="mean send rate (req/s)")
+    p.add_argument(
+        "--ssp-boost", action="append", default=[], metavar="SSP=FACTOR",
+        help="multiply one SSP's share of the traffic (repeatable), e.g. ssp-delta=10",
+    )  # fmt: skip
     p.set_defaults(command=_cmd_gen)
 
 
 def _cmd_gen(args: argparse.Namespace) -> int:
     if args.requests <= 0 or args.rate <= 0:
         raise ValueError("--requests and --rate must be positive")
-    summary = generate(args.out, requests=args.requests, seed=args.seed, mean_rate=args.rate)
+    boost = parse_ssp_boost(args.ssp_boost) if args.ssp_boost else None
+    summary = generate(
+        args.out, requests=args.requests, seed=args.seed, mean_rate=args.rate, ssp_boost=boost
+    )
     print(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode())
     print(f"wrote {summary.requests} requests to {args.out}", file=sys.stderr)
     return 0

@@ -1,29 +1,48 @@
-"""The running bidder: campaigns loaded, workers up, admin port open.
+"""The running bidder: resources ready, workers and reconciler up, admin port open.
 
 ``running_bidder`` is the one way to bring the service up, used by
 ``bidsim serve`` and by ``bidsim replay`` without ``--target``. It expects the
-Valkey and AWS endpoints to exist already (see ``bidder.stack``).
+Valkey and AWS endpoints to exist already (see ``bidder.stack``). As supervisor it
+prepares what workers only use (campaigns loaded, the spend stream, archive bucket
+and profile table created, one notice signing key for all workers), checks the
+model artifact once so a bad one is a clean error, starts the reconciler, and
+returns once every worker holds its first pacing leases: a replay then measures
+the steady state, not the first tick.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import redis
 from aiohttp import web
+from botocore.exceptions import BotoCoreError, ClientError
 
 from bidder.admin import build_admin_app
 from bidder.aws import aws_client
 from bidder.campaign_store import CampaignTable
 from bidder.campaigns import campaign_to_doc, load_campaign_file
+from bidder.profiles import ProfileStoreError, ProfileTable
+from bidder.reconciler_process import running_reconciler
 from bidder.settings import Settings
+from bidder.spend_stream import ensure_ledger_resources
+from bidder.tokens import generate_key
 from bidder.workers import WorkerPool
+from models.scorer import ModelHandle
+from pacing.lease_store import leases_key, live_nodes_key
+
+log = logging.getLogger(__name__)
+
+_LEASE_WAIT_TICKS = 3
 
 
 @dataclass(frozen=True)
@@ -45,10 +64,54 @@ def load_campaigns(path: Path, settings: Settings) -> int:
     return len(campaigns)
 
 
+class PrepareError(ValueError):
+    """A resource the workers need could not be made; the message names it."""
+
+
+def prepare_resources(settings: Settings) -> None:
+    """What the workers need to exist, made by the supervisor (blocking: boto3)."""
+    ModelHandle.load(settings.model_dir)  # raises ArtifactError naming what disagrees
+    if settings.aws_endpoint is None:
+        raise PrepareError("no AWS endpoint for campaigns, profiles and the spend stream")
+    try:
+        _prepare_aws(settings, settings.aws_endpoint)
+    except (BotoCoreError, ClientError, ProfileStoreError) as exc:
+        raise PrepareError(
+            f"cannot prepare AWS resources at {settings.aws_endpoint}: {exc}"
+        ) from exc
+
+
+def _prepare_aws(settings: Settings, endpoint: str) -> None:
+    if settings.campaigns_path is not None:
+        load_campaigns(settings.campaigns_path, settings)
+    ensure_ledger_resources(
+        endpoint,
+        settings.aws_region,
+        settings.spend_stream,
+        settings.archive_bucket,
+        settings.archive_retention_days,
+    )
+    dynamodb = aws_client("dynamodb", endpoint, settings.aws_region)
+    ProfileTable(dynamodb, settings.profiles_table).ensure_table()
+
+
+def with_shared_notice_key(settings: Settings) -> Settings:
+    """Settings whose workers all sign and verify with one key.
+
+    Without ``--notice-key`` each worker would make its own, and a notice reaching
+    another worker than the one that bid would be refused. The generated key dies
+    with this process: notices of bids made before a restart are refused.
+    """
+    if settings.notice_keys:
+        return settings
+    log.warning("no --notice-key: notices are signed with a key made for this run only")
+    return settings.replace(notice_keys=(("run", generate_key()),))
+
+
 @contextlib.asynccontextmanager
 async def running_bidder(settings: Settings) -> AsyncIterator[RunningBidder]:
-    if settings.campaigns_path is not None:
-        await asyncio.to_thread(load_campaigns, settings.campaigns_path, settings)
+    await asyncio.to_thread(prepare_resources, settings)
+    settings = with_shared_notice_key(settings)
     with _metrics_dir() as metrics_dir:
         pool = WorkerPool(settings)
         await pool.start()
@@ -57,13 +120,17 @@ async def running_bidder(settings: Settings) -> AsyncIterator[RunningBidder]:
             access_log=None,
         )
         try:
-            await runner.setup()
-            await web.TCPSite(runner, settings.host, settings.admin_port).start()
-            yield RunningBidder(
-                bid_url=f"http://{settings.host}:{settings.port}",
-                admin_url=f"http://{settings.host}:{settings.admin_port}",
-                pool=pool,
-            )
+            with contextlib.ExitStack() as reconciler:
+                if settings.reconciler:
+                    reconciler.enter_context(running_reconciler(settings))
+                    await asyncio.to_thread(wait_for_leases, settings)
+                await runner.setup()
+                await web.TCPSite(runner, settings.host, settings.admin_port).start()
+                yield RunningBidder(
+                    bid_url=f"http://{settings.host}:{settings.port}",
+                    admin_url=f"http://{settings.host}:{settings.admin_port}",
+                    pool=pool,
+                )
         finally:
             await runner.cleanup()
             await pool.stop()
@@ -83,3 +150,28 @@ def _metrics_dir() -> Iterator[str]:
         else:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = previous
         shutil.rmtree(path, ignore_errors=True)
+
+
+def wait_for_leases(settings: Settings) -> None:
+    """Until every worker has heartbeated and holds leases (bounded: then go on)."""
+    if settings.valkey_url is None:
+        return
+    client = redis.Redis.from_url(settings.valkey_url, socket_timeout=1.0)
+    deadline = time.monotonic() + _LEASE_WAIT_TICKS * settings.pacing_tick_s
+    try:
+        while time.monotonic() < deadline:
+            now_ms = time.time_ns() // 1_000_000
+            live: list[bytes] = client.zrangebyscore(live_nodes_key(), now_ms, "+inf")  # type: ignore[assignment]
+            leased = [node for node in live if client.exists(leases_key(node.decode()))]
+            if len(leased) >= settings.workers:
+                time.sleep(settings.lease_refresh_s)  # one more refresh reads them in
+                return
+            time.sleep(0.1)
+        log.warning(
+            "workers have no pacing leases yet: bids answer no_lease until they do (live nodes %s)",
+            client.zrange(live_nodes_key(), 0, -1, withscores=True),
+        )
+    except redis.RedisError as exc:
+        log.warning("cannot see the pacing leases (%s); going on", exc)
+    finally:
+        client.close()

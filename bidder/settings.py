@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from bidder.ratelimit import RateLimits
 from bidder.tokens import MIN_KEY_BYTES, check_kid
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "artifact"
+DEFAULT_SUPPLY_DIR = REPO_ROOT / "fixtures" / "openrtb" / "supply"
+PROFILE_MISS_POLICIES = ("continue", "nobid")
 
 
 class SettingsError(ValueError):
@@ -73,6 +79,45 @@ class Settings:
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
+    # Stage 2: partner protection.
+    rate_limits: RateLimits = field(default_factory=RateLimits)
+    """Per-SSP token buckets (``--rate-limit SSP=QPS[:BURST]``); per worker process."""
+    # Stage 3: consent.
+    tcf_vendor_id: int = 999
+    # Stage 4: supply chain.
+    supply_dir: Path | None = DEFAULT_SUPPLY_DIR
+    """sellers.json / ads.txt / app-ads.txt tree (``bidder.supply_files``)."""
+    supply_s3: str | None = None
+    """``s3://bucket/prefix`` to read the supply files from instead of ``supply_dir``."""
+    supply_refresh_s: float = 3600.0
+    # Stage 5: profiles.
+    profiles_table: str = "bidsim-profiles"
+    profile_miss: str = "continue"
+    """'continue' without a profile, or 'nobid' (PROFILE_MISS) on a cache miss."""
+    profile_ttl_s: float = 300.0
+    profile_cache_size: int = 200_000
+    # Stage 6: pacing.
+    pacing_tick_s: float = 5.0
+    """The reconciler's tick; leases expire after two missed ticks."""
+    lease_refresh_s: float = 1.0
+    """How often a worker re-reads its leases (and heartbeats as a live node)."""
+    pacing_curves: Path | None = None
+    """Directory of named curves (NAME.json) for campaigns' ``pacing_curve``."""
+    spend_table: str = "bidsim-spend"
+    reconciler: bool = True
+    """Run the reconciler beside the workers (``bidsim serve``); off when one runs elsewhere."""
+    # Stage 7: frequency capping.
+    valkey_cluster: bool = False
+    """``--valkey`` is a Valkey Cluster (any node's URL); keys are hash-tagged per user."""
+    fcap_check_timeout_ms: float = 4.0
+    """Bound on the cap check inside the request deadline (then the cap policy decides)."""
+    fcap_cache_entries: int = 100_000
+    # Stage 8: scoring.
+    model_dir: Path = DEFAULT_MODEL_DIR
+    bid_shading: bool = True
+    model_reload_s: float = 30.0
+    """How often a worker looks for a new model artifact (reload without restart)."""
+
     def validate(self) -> Settings:
         """Return self when valid; raise SettingsError listing every problem."""
         problems = [msg for check, msg in self._checks() if not check]
@@ -108,6 +153,37 @@ class Settings:
             (_is_url(self.public_url, ("http", "https")), "--public-url must be an http(s):// URL"),
             *self._notice_checks(),
             *self._ledger_checks(),
+            *self._stage_checks(),
+        ]
+
+    def _stage_checks(self) -> list[tuple[bool, str]]:
+        return [
+            (1 <= self.tcf_vendor_id <= 0xFFFF, "--tcf-vendor-id must be 1-65535"),
+            (
+                self.supply_dir is None or self.supply_dir.is_dir(),
+                f"--supply-dir: no such directory: {self.supply_dir}",
+            ),
+            (_is_url(self.supply_s3, ("s3",)), "--supply-s3 must be an s3://bucket/prefix URL"),
+            (self.supply_refresh_s >= 1, "--supply-refresh-s must be at least 1"),
+            (
+                self.profile_miss in PROFILE_MISS_POLICIES,
+                f"--profile-miss must be one of {', '.join(PROFILE_MISS_POLICIES)}",
+            ),
+            (self.profile_ttl_s > 0, "--profile-ttl-s must be positive"),
+            (self.profile_cache_size >= 1, "--profile-cache-size must be at least 1"),
+            (0.05 <= self.pacing_tick_s <= 3600, "--pacing-tick-s must be 0.05-3600"),
+            (0.05 <= self.lease_refresh_s <= 60, "--lease-refresh-s must be 0.05-60"),
+            (
+                self.pacing_curves is None or self.pacing_curves.is_dir(),
+                f"--pacing-curves: no such directory: {self.pacing_curves}",
+            ),
+            (
+                0 < self.fcap_check_timeout_ms < self.deadline_ms,
+                "--fcap-check-timeout-ms must be above 0 and below --deadline-ms",
+            ),
+            (self.fcap_cache_entries >= 1, "--fcap-cache-entries must be at least 1"),
+            (self.model_dir.is_dir(), f"--model-dir: no such directory: {self.model_dir}"),
+            (self.model_reload_s >= 1, "--model-reload-s must be at least 1"),
         ]
 
     def _notice_checks(self) -> list[tuple[bool, str]]:

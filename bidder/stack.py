@@ -94,7 +94,7 @@ def die_with_parent(parent_pid: int) -> Callable[[], None]:
     return preexec
 
 
-class _Child:
+class ChildProcess:
     """One supervised child process, its output going to a log file."""
 
     def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
@@ -146,7 +146,7 @@ class _Child:
                 os.killpg(self.proc.pid, sig)
 
 
-_live: set[_Child] = set()
+_live: set[ChildProcess] = set()
 
 
 @atexit.register
@@ -163,18 +163,20 @@ class _Server:
     def argv(self, port: int, workdir: Path) -> list[str]:
         raise NotImplementedError
 
-    def answers(self, port: int, child: _Child) -> bool:
+    def answers(self, port: int, child: ChildProcess) -> bool:
         raise NotImplementedError
 
     def url(self, port: int) -> str:
         raise NotImplementedError
 
-    def start(self, workdir: Path, timeout_s: float) -> tuple[_Child, str]:
+    def start(self, workdir: Path, timeout_s: float) -> tuple[ChildProcess, str]:
         """Start on a free port; retry on a new port if the child dies before answering."""
         deadline = time.monotonic() + timeout_s
         for _ in range(_PORT_ATTEMPTS):
             port = free_port()
-            child = _Child(self.name, self.argv(port, workdir), workdir / f"{self.name}-{port}.log")
+            child = ChildProcess(
+                self.name, self.argv(port, workdir), workdir / f"{self.name}-{port}.log"
+            )
             up = False
             try:
                 up = self._wait_until_up(port, child, deadline)
@@ -193,7 +195,7 @@ class _Server:
             f"last log tail:\n{child.log_tail()}"
         )
 
-    def _wait_until_up(self, port: int, child: _Child, deadline: float) -> bool:
+    def _wait_until_up(self, port: int, child: ChildProcess, deadline: float) -> bool:
         """True once it answers; False if the child exits first or the deadline passes."""
         while time.monotonic() < deadline:
             if not child.running:
@@ -216,7 +218,7 @@ class _ValkeyProcess(_Server):
             *("--daemonize", "no", "--logfile", "", "--dir", str(workdir)),
         ]
 
-    def answers(self, port: int, child: _Child) -> bool:
+    def answers(self, port: int, child: ChildProcess) -> bool:
         try:
             with redis.Redis(host="127.0.0.1", port=port, **_PROBE) as client:
                 info = client.info("server")
@@ -235,7 +237,7 @@ class _MotoProcess(_Server):
     def argv(self, port: int, workdir: Path) -> list[str]:
         return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
 
-    def answers(self, port: int, child: _Child) -> bool:
+    def answers(self, port: int, child: ChildProcess) -> bool:
         return _http_answers(f"http://127.0.0.1:{port}/moto-api/", 0.5, _DIRECT)
 
     def url(self, port: int) -> str:
@@ -299,7 +301,7 @@ class LocalStack:
         self._given_valkey = normalize_valkey_url(valkey_url) if valkey_url else None
         self._given_aws = aws_endpoint.rstrip("/") if aws_endpoint else None
         self._timeout_s = start_timeout_s
-        self._children: dict[str, _Child] = {}
+        self._children: dict[str, ChildProcess] = {}
         self._workdir: Path | None = None
         self._valkey_url: str | None = None
         self._aws_endpoint: str | None = None

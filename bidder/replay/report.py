@@ -140,11 +140,11 @@ def to_json(result: ReplayResult) -> dict[str, Any]:
     }
 
 
-def render_table(result: ReplayResult, top_reasons: int = 8) -> str:
+def render_table(result: ReplayResult) -> str:
     """A readable report for a terminal."""
     sections = [
         _summary(result),
-        _statuses(result, top_reasons),
+        _statuses(result),
         _latency(result),
         _auction(result),
     ]
@@ -164,17 +164,18 @@ def _summary(result: ReplayResult) -> str:
     )
 
 
-def _statuses(result: ReplayResult, top_reasons: int) -> str:
-    # The name column fits the longest no-bid reason label with room to spare.
-    lines = [f"{'status':<20}{'count':>7}  {'share':>8}"]
+def _statuses(result: ReplayResult) -> str:
+    # Every no-bid reason seen, most frequent first: the table shows where requests die.
+    # The name column fits the longest reason label ("schain_unknown_seller").
+    lines = [f"{'status':<24}{'count':>7}  {'share':>8}"]
     for name, count in status_classes(result.status).items():
-        lines.append(f"  {name:<18}{count:>7,}  {_share(count, result.requests):>8}")
+        lines.append(f"  {name:<22}{count:>7,}  {_share(count, result.requests):>8}")
     for name, count in (("timeout", result.timeouts), ("transport err", result.transport_errors)):
-        lines.append(f"  {name:<18}{count:>7,}  {_share(count, result.requests):>8}")
+        lines.append(f"  {name:<22}{count:>7,}  {_share(count, result.requests):>8}")
     no_bids = sum(result.nbr_reasons.values())
-    lines.append(f"{'no-bid reason':<20}{'count':>7}  {'share of 204s':>8}")
-    for reason, count in result.nbr_reasons.most_common(top_reasons):
-        lines.append(f"  {reason:<18}{count:>7,}  {_share(count, no_bids):>8}")
+    lines.append(f"{'no-bid reason':<24}{'count':>7}  {'share of 204s':>8}")
+    for reason, count in result.nbr_reasons.most_common():
+        lines.append(f"  {reason:<22}{count:>7,}  {_share(count, no_bids):>8}")
     return "\n".join(lines)
 
 

@@ -18,14 +18,26 @@ EXTERNAL = REPO.parent / "shared" / "external" / "openrtb"
 
 
 @pytest.fixture(scope="session")
-def bidder_settings(aws_endpoint: str, valkey_url: str) -> Settings:
-    """Settings of a bidder on a free port whose store holds the bundled campaigns."""
+def bidder_settings(
+    aws_endpoint: str, valkey_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Settings:
+    """Settings of a bidder on a free port whose store holds the bundled campaigns.
+
+    The pacing tick is short so a fresh bidder holds leases within a second; the
+    ledger spool lives in the test run's temporary directory. The deadline is
+    generous: these tests assert decisions, and a 2-core machine running the suite
+    stalls now and then for longer than 8 ms (the deadline tests set their own).
+    """
     settings = Settings(
         port=free_port(),
         admin_port=free_port(),
         campaigns_path=CAMPAIGNS,
         aws_endpoint=aws_endpoint,
         valkey_url=valkey_url,
+        deadline_ms=250.0,
+        pacing_tick_s=1.0,
+        lease_refresh_s=0.2,
+        spool_dir=tmp_path_factory.mktemp("spool"),
     ).validate()
     load_campaigns(CAMPAIGNS, settings)
     return settings

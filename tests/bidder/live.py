@@ -3,14 +3,17 @@
 Tests that send raw bytes (bad gzip, huge bodies, hypothesis-generated junk)
 talk to it with ``http.client`` over loopback, exactly as an exchange would.
 ``stages`` lets a test put its own stage into the pipeline (the test hook for
-"a stage made artificially slow"). The spend stream and archive bucket are
-created first (as the supervisor does), and the worker's background jobs (id
-lease renewal, ledger shipping) run as in a real worker.
+"a stage made artificially slow"). The supervisor's duties come first
+(``prepare_resources``: campaigns, spend stream, archive bucket, profile table),
+a real reconciler process runs beside it when the settings ask for one (so
+campaigns hold pacing leases), and the worker's background jobs (lease and
+campaign refreshes, id lease renewal, ledger shipping) run as in a real worker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import threading
 from collections.abc import Callable, Sequence
@@ -19,10 +22,13 @@ from dataclasses import dataclass
 import uvloop
 
 from bidder.app import BidderState
+from bidder.assemble import build_state
 from bidder.pipeline import Stage
+from bidder.reconciler_process import running_reconciler
+from bidder.server import prepare_resources, wait_for_leases
 from bidder.settings import Settings
-from bidder.spend_stream import ensure_ledger_resources
-from bidder.worker import build_state, start_background, start_site, stop_background
+from bidder.stack import ChildProcess
+from bidder.worker import start_background, start_site, stop_background
 
 StagesHook = Callable[[BidderState], Sequence[Stage]]
 
@@ -48,14 +54,20 @@ class LiveBidder:
         self._stop: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._run, name="live-bidder", daemon=True)
         self.state: BidderState | None = None
+        self.reconciler: ChildProcess | None = None
+        self._processes = contextlib.ExitStack()
 
     def __enter__(self) -> LiveBidder:
         self._thread.start()
         if not self._ready.wait(30) or self._error is not None:
             raise RuntimeError(f"live bidder did not start: {self._error!r}")
+        if self.settings.reconciler:
+            self.reconciler = self._processes.enter_context(running_reconciler(self.settings))
+            wait_for_leases(self.settings)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._processes.close()
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
@@ -97,15 +109,7 @@ class LiveBidder:
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
         settings = self.settings
-        if settings.aws_endpoint is not None:
-            await asyncio.to_thread(
-                ensure_ledger_resources,
-                settings.aws_endpoint,
-                settings.aws_region,
-                settings.spend_stream,
-                settings.archive_bucket,
-                settings.archive_retention_days,
-            )
+        await asyncio.to_thread(prepare_resources, settings)
         state = await build_state(settings)
         if self._stages is not None:
             state.stages = self._stages(state)

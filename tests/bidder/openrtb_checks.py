@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import orjson
@@ -76,3 +77,10 @@ def with_replaced(doc: dict[str, Any], path: tuple[str | int, ...], value: Any) 
         parent = parent[key]
     parent[path[-1]] = value
     return copy
+
+
+def with_fresh_user(body: bytes) -> bytes:
+    """The request as a new person sends it: tests that bid again and again on one
+    request would otherwise soon meet the campaigns' frequency caps."""
+    doc = orjson.loads(body)
+    return orjson.dumps({**doc, "user": {"id": uuid.uuid4().hex}})

@@ -27,6 +27,7 @@ from bidder.tokens import NoticeClaims, TokenSigner
 from ids.snowflake import Snowflake, decode
 from tests.bidder.conftest import EXTERNAL
 from tests.bidder.live import LiveBidder
+from tests.bidder.openrtb_checks import with_fresh_user
 from tests.bidder.test_spend_stream import read_stream
 
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()
@@ -201,15 +202,17 @@ class Live:
         self.kinesis = aws_client("kinesis", bidder.settings.aws_endpoint or "")
 
     def burl(self) -> str:
-        bid = orjson.loads(self.bidder.post(SIMPLE_BANNER).body)["seatbid"][0]["bid"][0]
-        parts = urlsplit(bid["burl"].replace("${AUCTION_PRICE}", "0.031"))
+        answer = self.bidder.post(with_fresh_user(SIMPLE_BANNER))
+        assert answer.status == 200, answer.reason
+        bid = orjson.loads(answer.body)["seatbid"][0]["bid"][0]
+        parts = urlsplit(bid["burl"].replace("${AUCTION_PRICE}", "0.00001"))
         return f"{parts.path}?{parts.query}"
 
     def claims(self, path: str) -> NoticeClaims:
         return self.state.signer.verify(parse_qs(urlsplit(path).query)["t"][0])
 
     def with_token(self, path: str, token: str) -> str:
-        return urlsplit(path).path + "?" + urlencode({"t": token, "p": "0.031"})
+        return urlsplit(path).path + "?" + urlencode({"t": token, "p": "0.00001"})
 
     def counts(self) -> tuple[float, ...]:
         outcomes = ("billed", "duplicate", "unavailable")

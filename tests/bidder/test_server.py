@@ -8,7 +8,7 @@ import socket
 import aiohttp
 import pytest
 
-from bidder.server import running_bidder
+from bidder.server import PrepareError, running_bidder
 from bidder.settings import Settings
 from bidder.stack import free_port
 from bidder.workers import WorkerPoolError
@@ -92,10 +92,12 @@ async def test_a_worker_that_cannot_listen_fails_start_up_with_the_reason(
 
 
 @pytest.mark.asyncio
-async def test_a_worker_without_a_campaign_store_fails_start_up(bidder_settings: Settings) -> None:
+async def test_a_bidder_without_a_reachable_aws_endpoint_fails_start_up(
+    bidder_settings: Settings,
+) -> None:
     settings = _fresh(
         bidder_settings, campaigns_path=None, aws_endpoint=f"http://127.0.0.1:{free_port()}"
     )
-    with pytest.raises(WorkerPoolError, match="cannot load campaigns"):
+    with pytest.raises(PrepareError, match="cannot prepare AWS resources"):
         async with running_bidder(settings):
             await asyncio.sleep(0)

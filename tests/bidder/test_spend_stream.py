@@ -23,6 +23,8 @@ from bidder.archive import LedgerArchive
 from bidder.aws import aws_client
 from bidder.clock import ManualClock
 from bidder.ledger import LedgerEntry, decode_entry
+from bidder.reconciler_process import running_reconciler
+from bidder.server import prepare_resources
 from bidder.settings import Settings
 from bidder.spend_stream import KinesisStream, SpendProducer, ensure_stream
 from bidder.spool import Segment, Spool
@@ -30,6 +32,7 @@ from bidder.stack import free_port
 from bidder.tokens import TokenSigner
 from tests.bidder.conftest import EXTERNAL
 from tests.bidder.live import LiveBidder
+from tests.bidder.openrtb_checks import with_fresh_user
 
 KEY = "crash-test-key-" + "k" * 32
 SIGNER = TokenSigner({"k1": KEY.encode()}, "k1")
@@ -211,7 +214,8 @@ async def test_a_live_producers_segment_is_left_alone(env: Fixture) -> None:
 NODE = """
 import asyncio, base64, pickle, sys
 import uvloop
-from bidder.worker import build_state, start_background, start_site
+from bidder.assemble import build_state
+from bidder.worker import start_background, start_site
 
 async def main():
     state = await build_state(pickle.loads(base64.b64decode(sys.argv[1])))
@@ -256,9 +260,11 @@ class LiveBidderClient(LiveBidder):
 def _notices_until_stopped(node: Node, acked: list[int], stop: threading.Event) -> None:
     while not stop.is_set():
         try:
-            answer = node.bidder.post(SIMPLE_BANNER)
+            answer = node.bidder.post(with_fresh_user(SIMPLE_BANNER))
+            if answer.status != 200:  # e.g. no pacing lease yet
+                continue
             bid = orjson.loads(answer.body)["seatbid"][0]["bid"][0]
-            parts = urlsplit(bid["burl"].replace("${AUCTION_PRICE}", "0.031"))
+            parts = urlsplit(bid["burl"].replace("${AUCTION_PRICE}", "0.00001"))
             if node.bidder.get(f"{parts.path}?{parts.query}").status == 204:
                 acked.append(SIGNER.verify(parse_qs(parts.query)["t"][0]).bid_id)
         except (OSError, http.client.HTTPException):
@@ -277,17 +283,21 @@ def test_every_acknowledged_notice_survives_kill_9_exactly_once(
     )
     acked: list[int] = []
     stop = threading.Event()
-    node = Node(settings)
-    try:
-        flow = threading.Thread(target=_notices_until_stopped, args=(node, acked, stop))
-        flow.start()
-        while len(acked) < 40 and flow.is_alive():
-            flow.join(0.05)
-        node.kill9()  # mid-flow: a notice may be in flight
-        stop.set()
-        flow.join(30)
-    finally:
-        node.kill9()
+    # Pacing leases come from a reconciler reading the (working) default stream: the
+    # node bids while its own spend stream is down.
+    prepare_resources(bidder_settings)
+    with running_reconciler(bidder_settings):
+        node = Node(settings)
+        try:
+            flow = threading.Thread(target=_notices_until_stopped, args=(node, acked, stop))
+            flow.start()
+            while len(acked) < 40 and flow.is_alive():
+                flow.join(0.05)
+            node.kill9()  # mid-flow: a notice may be in flight
+            stop.set()
+            flow.join(30)
+        finally:
+            node.kill9()
     kinesis = aws_client("kinesis", bidder_settings.aws_endpoint or "")
     ensure_stream(kinesis, settings.spend_stream)
     restarted = Node(settings)

@@ -1,0 +1,288 @@
+"""Assemble a worker's ``BidderState`` from ``Settings``: every stage and its I/O.
+
+One place says which adapter feeds which stage, in hot-path order:
+
+    2 rate limit     RateLimiter (pure, per process)
+    3 consent        ConsentPolicy (pure)  ->  eligibility: CampaignBook (DynamoDB, refreshed)
+    4 supply chain   SupplyCache (files or S3, refreshed hourly)
+    5 profile        ProfileCache over DynamoDB (never waits)
+    6 pacing         NodePacer, leases read from Valkey every second
+    7 frequency cap  FrequencyCapper over FcapStore (Valkey, one round trip)
+    8 score          Pricer over the LightGBM artifact (reloaded when it changes)
+
+and which sinks the win path tells of a billed impression (fcap counting, the
+pacer's lease debit). Everything that must be loaded before the port opens is
+loaded here; what keeps it fresh is returned as background jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+import redis.asyncio as aioredis
+
+from bidder import metrics
+from bidder.app import BidderState
+from bidder.archive import LedgerArchive
+from bidder.aws import aws_client
+from bidder.billing import Biller, ImpressionSink
+from bidder.campaign_book import CampaignBook
+from bidder.campaign_store import CampaignTable
+from bidder.clock import Clock, SystemClock
+from bidder.consent import ConsentPolicy
+from bidder.eligibility import EligibilityPolicy
+from bidder.notices import MAX_SKEW_MS
+from bidder.pipeline import Stage
+from bidder.profiles import CacheConfig, ProfileCache, ProfileTable, profile_client
+from bidder.ratelimit import RateLimiter
+from bidder.response import NoticeUrls
+from bidder.settings import Settings
+from bidder.sinks import CapCounter, LeaseDebit
+from bidder.spend_stream import KinesisStream, SpendProducer, default_spool_dir
+from bidder.spool import Spool
+from bidder.stages import (
+    ConsentStage,
+    EligibilityStage,
+    FcapStage,
+    PacingStage,
+    ProfileStage,
+    RateLimitStage,
+    ScoreStage,
+    SupplyChainStage,
+)
+from bidder.supply_files import DirectorySource, S3Source, SupplyCache, SupplySource
+from bidder.tokens import TokenSigner, generate_key
+from fcap import FcapStore, FrequencyCapper, NegativeCache
+from fcap import connect as fcap_connect
+from ids.bid_ids import bid_id_source
+from ids.snowflake import Snowflake
+from ids.worker_lease import WorkerLease
+from models.scorer import ArtifactError, ModelHandle
+from models.serving import Pricer
+from pacing import LeaseReader, NodePacer, run_refresher
+
+log = logging.getLogger(__name__)
+
+_FIRST_LOAD_TIMEOUT_S = 20.0
+_VALKEY_TIMEOUT_S = 0.5
+_FIRST_LEASE_TIMEOUT_S = 5.0
+_FCAP_START_TIMEOUT_S = 5.0
+# Dedup keys outlive the notice window (plus the tolerated clock skew and a minute),
+# so a duplicate inside the window always finds its key.
+_DEDUP_SLACK_MS = MAX_SKEW_MS + 60_000
+
+
+class WorkerStartError(Exception):
+    """The worker cannot serve; the message says what is missing."""
+
+
+async def build_state(settings: Settings, clock: Clock | None = None) -> BidderState:
+    """Everything a worker decides with, loaded and ready before the port opens."""
+    clock = clock or SystemClock()
+    if settings.aws_endpoint is None:
+        raise WorkerStartError("no AWS endpoint configured for the campaign store")
+    if settings.valkey_url is None:
+        raise WorkerStartError("no Valkey configured for caps, leases, ids and notice dedup")
+    book = await _campaign_book(settings, settings.aws_endpoint)
+    supply = await _supply_cache(settings, settings.aws_endpoint)
+    pricer = Pricer(_model(settings), clock, shading=settings.bid_shading)
+    profiles = _profile_cache(settings, settings.aws_endpoint, clock)
+    valkey = aioredis.Redis.from_url(
+        settings.valkey_url,
+        socket_timeout=_VALKEY_TIMEOUT_S,
+        socket_connect_timeout=_VALKEY_TIMEOUT_S,
+    )
+    capper = await _capper(settings, settings.valkey_url)
+    pacer = NodePacer(f"{socket.gethostname()}:{os.getpid()}", clock)
+    lease_reader = LeaseReader(valkey, pacer.node_id)
+    stages: list[Stage] = [
+        RateLimitStage(RateLimiter(settings.rate_limits, clock)),
+        ConsentStage(ConsentPolicy(vendor_id=settings.tcf_vendor_id)),
+        EligibilityStage(book, EligibilityPolicy(bid_on_test=settings.bid_on_test)),
+        SupplyChainStage(supply),
+        ProfileStage(profiles, miss_nobid=settings.profile_miss == "nobid"),
+        PacingStage(pacer),
+        FcapStage(capper, book, clock),
+        ScoreStage(pricer),
+    ]
+    generator, lease = await _leased_ids(settings, valkey, clock)
+    producer = await _ledger_producer(settings, settings.aws_endpoint, clock)
+    signer = _signer(settings)
+    sinks: list[ImpressionSink] = [CapCounter(capper, book, clock), LeaseDebit(pacer)]
+    biller = Biller(
+        valkey,
+        producer,
+        generator.next_id,
+        clock,
+        sinks,
+        dedup_ttl_ms=round(settings.notice_max_age_s * 1000) + _DEDUP_SLACK_MS,
+        namespace=settings.key_namespace,
+    )
+    state = BidderState(
+        settings=settings,
+        book=book,
+        stages=stages,
+        clock=clock,
+        notice_urls=NoticeUrls(settings.notice_base_url, signer, generator.next_id, clock),
+        next_bid_id=bid_id_source(),
+        signer=signer,
+        biller=biller,
+        ids=generator,
+        impression_sinks=sinks,
+    )
+
+    async def refresh_leases() -> None:
+        await run_refresher(pacer, lease_reader, clock, settings.lease_refresh_s)
+
+    async def refresh_campaigns() -> None:
+        await book.keep_fresh(settings.campaign_refresh_s)
+
+    async def refresh_supply() -> None:
+        await supply.keep_fresh(settings.supply_refresh_s)
+
+    async def reload_model() -> None:
+        await _keep_model_fresh(pricer, settings.model_reload_s)
+
+    async def close_profiles() -> None:
+        profiles.close()
+
+    state.background += [
+        lease.keep,
+        producer.run,
+        refresh_leases,
+        refresh_campaigns,
+        refresh_supply,
+        reload_model,
+    ]
+    state.closers += [
+        producer.close,
+        lease.release,
+        close_profiles,
+        valkey.aclose,
+        capper.store.client.aclose,
+    ]
+    return state
+
+
+async def _campaign_book(settings: Settings, endpoint: str) -> CampaignBook:
+    table = CampaignTable(
+        aws_client("dynamodb", endpoint, settings.aws_region), settings.campaigns_table
+    )
+    book = CampaignBook(table)
+    try:
+        await asyncio.wait_for(book.refresh(), _FIRST_LOAD_TIMEOUT_S)
+    except Exception as exc:
+        raise WorkerStartError(f"cannot load campaigns from {endpoint}: {exc}") from exc
+    return book
+
+
+async def _supply_cache(settings: Settings, endpoint: str) -> SupplyCache:
+    source: SupplySource
+    if settings.supply_s3 is not None:
+        bucket, _, prefix = settings.supply_s3.removeprefix("s3://").partition("/")
+        source = S3Source(aws_client("s3", endpoint, settings.aws_region), bucket, prefix)
+    elif settings.supply_dir is not None:
+        source = DirectorySource(settings.supply_dir)
+    else:
+        raise WorkerStartError("no supply files: give --supply-dir or --supply-s3")
+    cache = SupplyCache(source)
+    try:
+        await asyncio.wait_for(cache.refresh(), _FIRST_LOAD_TIMEOUT_S)
+    except Exception as exc:
+        raise WorkerStartError(f"cannot load the supply files: {exc}") from exc
+    return cache
+
+
+def _model(settings: Settings) -> ModelHandle:
+    try:
+        return ModelHandle.load(settings.model_dir)
+    except ArtifactError as exc:
+        raise WorkerStartError(str(exc)) from exc
+
+
+async def _keep_model_fresh(pricer: Pricer, interval_s: float) -> None:
+    """Swap in a new artifact when its files change; a bad one keeps the old model."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            if await asyncio.to_thread(pricer.model.reload_if_changed):
+                log.info("model artifact reloaded")
+        except ArtifactError as exc:
+            log.error("new model artifact refused, keeping the current one: %s", exc)
+
+
+def _profile_cache(settings: Settings, endpoint: str, clock: Clock) -> ProfileCache:
+    table = ProfileTable(profile_client(endpoint, settings.aws_region), settings.profiles_table)
+    config = CacheConfig(ttl_s=settings.profile_ttl_s, capacity=settings.profile_cache_size)
+    return ProfileCache(table.get, clock, config)
+
+
+async def _capper(settings: Settings, url: str) -> FrequencyCapper:
+    store = FcapStore(
+        fcap_connect(url, cluster=settings.valkey_cluster),
+        check_timeout_s=settings.fcap_check_timeout_ms / 1000,
+    )
+    try:
+        await store.start(timeout_s=_FCAP_START_TIMEOUT_S)
+    except Exception as exc:  # Valkey down at start: serve, the cap policy decides per bid
+        log.warning("frequency-cap scripts not loaded yet (loaded on first use): %s", exc)
+    return FrequencyCapper(store, NegativeCache(settings.fcap_cache_entries))
+
+
+async def _leased_ids(
+    settings: Settings, valkey: aioredis.Redis, clock: Clock
+) -> tuple[Snowflake, WorkerLease]:
+    generator = Snowflake(
+        clock, max_backwards_ms=settings.id_max_backwards_ms, on_backwards=_count_backwards
+    )
+    ttl_ms = round(settings.id_lease_ttl_s * 1000)
+    lease = WorkerLease(
+        valkey,
+        generator,
+        clock,
+        namespace=settings.key_namespace,
+        ttl_ms=ttl_ms,
+        margin_ms=ttl_ms // 5,
+        on_lost=metrics.ID_LEASE_LOSSES.inc,
+    )
+    try:
+        await asyncio.wait_for(lease.acquire(), _FIRST_LEASE_TIMEOUT_S)
+    except Exception as exc:  # Valkey down or no free id: serve, and keep trying
+        log.warning("no Snowflake worker id yet (bids are 204 until leased): %s", exc)
+    return generator, lease
+
+
+def _count_backwards(refused: bool) -> None:
+    metrics.CLOCK_BACKWARDS.labels("refused" if refused else "tolerated").inc()
+
+
+async def _ledger_producer(settings: Settings, endpoint: str, clock: Clock) -> SpendProducer:
+    spool_dir = settings.spool_dir or default_spool_dir(settings.spend_stream, endpoint)
+    stream = KinesisStream(
+        aws_client("kinesis", endpoint, settings.aws_region), settings.spend_stream
+    )
+    archive = LedgerArchive(
+        aws_client("s3", endpoint, settings.aws_region),
+        settings.archive_bucket,
+        settings.archive_retention_days,
+    )
+    try:
+        producer = SpendProducer(Spool(spool_dir), stream, archive, clock)
+        await producer.open()
+    except OSError as exc:
+        raise WorkerStartError(f"cannot open the ledger spool in {spool_dir}: {exc}") from exc
+    return producer
+
+
+def _signer(settings: Settings) -> TokenSigner:
+    active = settings.active_notice_key_id
+    if active is None:
+        log.warning(
+            "no --notice-key: this worker signs notices with a random key; notices reaching "
+            "another worker or a restarted one will be refused"
+        )
+        return TokenSigner({"dev": generate_key().encode()}, "dev")
+    return TokenSigner({kid: secret.encode() for kid, secret in settings.notice_keys}, active)
