@@ -24,15 +24,22 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from bidder import metrics
-from bidder.billing import Biller, BillingUnavailable, ImpressionSink
+from bidder.billing import (
+    BILLED,
+    DEFERRED,
+    DUPLICATE,
+    Biller,
+    BillingUnavailable,
+    ImpressionSink,
+)
 from bidder.body import read_body
 from bidder.campaign_book import CampaignBook
 from bidder.clock import Clock
 from bidder.nobid import NoBid
 from bidder.notices import NoticeError, parse_notice
 from bidder.openrtb import InvalidRequest, parse_bid_request
-from bidder.pipeline import Context, Stage, run_stages
-from bidder.response import NoticeUrls, build_response
+from bidder.pipeline import Context, PricedCandidate, Stage, run_stages
+from bidder.response import NoticeUrls, build_response, winners
 from bidder.settings import Settings
 from bidder.tokens import TokenSigner
 from ids.snowflake import IdsUnavailable, Snowflake
@@ -114,6 +121,16 @@ class BidHandler:
         if deadline <= self._state.clock.monotonic():
             return NoBid.DEADLINE
         ctx = Context(request=bid_request, ssp=request.headers.get("X-Ssp", ""), received=received)
+        sent: Sequence[PricedCandidate] = ()
+        try:
+            answer = await self._answer(ctx, deadline)
+            if not isinstance(answer, NoBid):
+                sent = winners(ctx.priced, bid_request.imps)
+            return answer
+        finally:  # also on a timeout or a bug: what a stage took is given back
+            ctx.finish(sent)
+
+    async def _answer(self, ctx: Context, deadline: float) -> bytes | NoBid:
         reason = await run_stages(self._state.stages, ctx, deadline)
         if reason is not None:
             return reason
@@ -148,8 +165,10 @@ class NoticeHandler:
     counter; a first valid notice bills the impression; a repeat is a duplicate
     (2xx, counted, no spend). A win for a nurl-served creative returns its markup,
     duplicate or not (the exchange may be retrying because it lost the markup).
-    Billing that can't be done safely (Valkey, spool or ids down) is a 503, so the
-    exchange retries; nothing was billed.
+    A valid notice whose billing can't be done now (Valkey, spool or ids down) is
+    journaled and answered 202 (its markup for such a win): it is billed exactly once
+    when they are back. Only when even the journal can't be written is it a 503, so
+    the exchange retries rather than the impression being lost.
     """
 
     def __init__(self, state: BidderState, kind: str):
@@ -168,20 +187,19 @@ class NoticeHandler:
             metrics.NOTICES_REJECTED.labels(self._kind, exc.reason).inc()
             return web.Response(status=400, text=str(exc))
         try:
-            billed = await state.biller.bill(notice, self._kind)
-        except BillingUnavailable as exc:
+            outcome = await state.biller.bill(notice, self._kind)
+        except BillingUnavailable:  # logged loudly by the biller: neither billed nor journaled
             self._outcomes["unavailable"].inc()
-            log.warning("%s notice not billed, asked for a retry: %s", self._kind, exc)
             return web.Response(status=503, text="try again later", headers={"Retry-After": "5"})
-        self._outcomes["billed" if billed else "duplicate"].inc()
+        self._outcomes[outcome].inc()
         claims = notice.claims
         creative = state.book.index.creative(claims.campaign_id, claims.creative_id)
         if self._kind == "win" and creative is not None and creative.serve == "nurl":
             return web.Response(text=creative.markup, content_type="text/html")
-        return web.Response(status=204)
+        return web.Response(status=202 if outcome == DEFERRED else 204)
 
 
-_OUTCOMES = ("billed", "duplicate", "unavailable")
+_OUTCOMES = (BILLED, DUPLICATE, DEFERRED, "unavailable")
 
 
 def build_app(state: BidderState) -> web.Application:

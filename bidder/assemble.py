@@ -33,6 +33,7 @@ from bidder.campaign_book import CampaignBook
 from bidder.campaign_store import CampaignTable
 from bidder.clock import Clock, SystemClock
 from bidder.consent import ConsentPolicy
+from bidder.deferred import EXACT_REPLAY_ALLOWANCE_MS, DeferredJournal
 from bidder.eligibility import EligibilityPolicy
 from bidder.notices import MAX_SKEW_MS
 from bidder.pipeline import Stage
@@ -71,12 +72,18 @@ _VALKEY_TIMEOUT_S = 0.5
 _FIRST_LEASE_TIMEOUT_S = 5.0
 _FCAP_START_TIMEOUT_S = 5.0
 # Dedup keys outlive the notice window (plus the tolerated clock skew and a minute),
-# so a duplicate inside the window always finds its key.
-_DEDUP_SLACK_MS = MAX_SKEW_MS + 60_000
+# so a duplicate inside the window always finds its key; and the replay allowance, so
+# a deferred notice replayed a little after its window is still deduplicated exactly.
+_DEDUP_SLACK_MS = MAX_SKEW_MS + 60_000 + EXACT_REPLAY_ALLOWANCE_MS
 
 
 class WorkerStartError(Exception):
     """The worker cannot serve; the message says what is missing."""
+
+
+def pacing_node_id(pid: int) -> str:
+    """The pacing node id of the worker process ``pid`` on this host."""
+    return f"{socket.gethostname()}:{pid}"
 
 
 async def build_state(settings: Settings, clock: Clock | None = None) -> BidderState:
@@ -96,7 +103,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         socket_connect_timeout=_VALKEY_TIMEOUT_S,
     )
     capper = await _capper(settings, settings.valkey_url)
-    pacer = NodePacer(f"{socket.gethostname()}:{os.getpid()}", clock)
+    pacer = NodePacer(pacing_node_id(os.getpid()), clock)
     lease_reader = LeaseReader(valkey, pacer.node_id)
     stages: list[Stage] = [
         RateLimitStage(RateLimiter(settings.rate_limits, clock)),
@@ -110,6 +117,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
     ]
     generator, lease = await _leased_ids(settings, valkey, clock)
     producer = await _ledger_producer(settings, settings.aws_endpoint, clock)
+    journal = await _deferred_journal(settings, settings.aws_endpoint, clock)
     signer = _signer(settings)
     sinks: list[ImpressionSink] = [CapCounter(capper, book, clock), LeaseDebit(pacer)]
     biller = Biller(
@@ -120,6 +128,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         sinks,
         dedup_ttl_ms=round(settings.notice_max_age_s * 1000) + _DEDUP_SLACK_MS,
         namespace=settings.key_namespace,
+        deferred=journal,
     )
     state = BidderState(
         settings=settings,
@@ -149,15 +158,20 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
     async def close_profiles() -> None:
         profiles.close()
 
+    async def replay_deferred() -> None:
+        await journal.run(biller.replay)
+
     state.background += [
         lease.keep,
         producer.run,
+        replay_deferred,
         refresh_leases,
         refresh_campaigns,
         refresh_supply,
         reload_model,
     ]
     state.closers += [
+        journal.close,
         producer.close,
         lease.release,
         close_profiles,
@@ -275,6 +289,19 @@ async def _ledger_producer(settings: Settings, endpoint: str, clock: Clock) -> S
     except OSError as exc:
         raise WorkerStartError(f"cannot open the ledger spool in {spool_dir}: {exc}") from exc
     return producer
+
+
+async def _deferred_journal(settings: Settings, endpoint: str, clock: Clock) -> DeferredJournal:
+    spool_dir = settings.spool_dir or default_spool_dir(settings.spend_stream, endpoint)
+    directory = spool_dir / "deferred"  # a subdirectory: the spool adopts only its own *.seg
+    try:
+        journal = DeferredJournal(directory, clock)
+        await journal.open()
+    except OSError as exc:
+        raise WorkerStartError(
+            f"cannot open the deferred-notice journal in {directory}: {exc}"
+        ) from exc
+    return journal
 
 
 def _signer(settings: Settings) -> TokenSigner:

@@ -77,3 +77,21 @@ SINK_ERRORS = Counter(
 PARTNER_REQUESTS = Counter(
     "bidsim_partner_requests", "Bid requests per partner by rate-limit outcome.", ["ssp", "outcome"]
 )
+
+# --- deferred notices: billing that waits for Valkey, the id lease or the spool --------
+NOTICES_DEFERRED = Counter(
+    "bidsim_notices_deferred",
+    "Verified notices journaled for later billing (answered 202), by cause: ids, dedup, ledger.",
+    ["cause"],
+)
+DEFERRED_DEPTH = Gauge(
+    "bidsim_deferred_depth",
+    "Journaled notices not yet settled (billed or found duplicate).",
+    multiprocess_mode="livesum",
+)
+DEFERRED_REPLAYED = Counter(
+    "bidsim_deferred_replayed",
+    "Journaled notices settled by the replayer, by outcome: billed, billed_late, duplicate, "
+    "rejournaled (given a ledger id first), unreadable.",
+    ["outcome"],
+)

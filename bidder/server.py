@@ -28,6 +28,7 @@ from aiohttp import web
 from botocore.exceptions import BotoCoreError, ClientError
 
 from bidder.admin import build_admin_app
+from bidder.assemble import pacing_node_id
 from bidder.aws import aws_client
 from bidder.campaign_store import CampaignTable
 from bidder.campaigns import campaign_to_doc, load_campaign_file
@@ -38,7 +39,7 @@ from bidder.spend_stream import ensure_ledger_resources
 from bidder.tokens import generate_key
 from bidder.workers import WorkerPool
 from models.scorer import ModelHandle
-from pacing.lease_store import leases_key, live_nodes_key
+from pacing.lease_store import leases_key
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,8 @@ async def running_bidder(settings: Settings) -> AsyncIterator[RunningBidder]:
             with contextlib.ExitStack() as reconciler:
                 if settings.reconciler:
                     reconciler.enter_context(running_reconciler(settings))
-                    await asyncio.to_thread(wait_for_leases, settings)
+                    nodes = [pacing_node_id(pid) for pid in pool.pids]
+                    await asyncio.to_thread(wait_for_leases, settings, nodes)
                 await runner.setup()
                 await web.TCPSite(runner, settings.host, settings.admin_port).start()
                 yield RunningBidder(
@@ -152,25 +154,23 @@ def _metrics_dir() -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def wait_for_leases(settings: Settings) -> None:
-    """Until every worker has heartbeated and holds leases (bounded: then go on)."""
+def wait_for_leases(settings: Settings, nodes: list[str]) -> None:
+    """Until every node in ``nodes`` holds leases and has had time to read them.
+
+    Bounded (3 ticks): after that the bidder serves anyway and answers ``no_lease``.
+    """
     if settings.valkey_url is None:
         return
     client = redis.Redis.from_url(settings.valkey_url, socket_timeout=1.0)
     deadline = time.monotonic() + _LEASE_WAIT_TICKS * settings.pacing_tick_s
     try:
         while time.monotonic() < deadline:
-            now_ms = time.time_ns() // 1_000_000
-            live: list[bytes] = client.zrangebyscore(live_nodes_key(), now_ms, "+inf")  # type: ignore[assignment]
-            leased = [node for node in live if client.exists(leases_key(node.decode()))]
-            if len(leased) >= settings.workers:
-                time.sleep(settings.lease_refresh_s)  # one more refresh reads them in
+            if all(client.exists(leases_key(node)) for node in nodes):
+                # Each worker re-reads its leases every lease_refresh_s.
+                time.sleep(1.5 * settings.lease_refresh_s)
                 return
             time.sleep(0.1)
-        log.warning(
-            "workers have no pacing leases yet: bids answer no_lease until they do (live nodes %s)",
-            client.zrange(live_nodes_key(), 0, -1, withscores=True),
-        )
+        log.warning("workers have no pacing leases yet: bids answer no_lease until they do")
     except redis.RedisError as exc:
         log.warning("cannot see the pacing leases (%s); going on", exc)
     finally:

@@ -120,6 +120,10 @@ class PacingStage:
     def __init__(self, pacer: NodePacer):
         self._pacer = pacer
 
+    @property
+    def pacer(self) -> NodePacer:
+        return self._pacer
+
     def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
         decided: dict[str, NoBid | None] = {}
         kept: list[Candidate] = []
@@ -150,6 +154,11 @@ class FcapStage:
         self._book = book
         self._clock = clock
         self._releases: set[asyncio.Task[None]] = set()
+
+    @property
+    def releasing(self) -> int:
+        """Slot releases still in flight."""
+        return len(self._releases)
 
     def __call__(self, ctx: Context, deadline: float) -> StageResult | Awaitable[StageResult]:
         subjects = self._book.cap_subjects

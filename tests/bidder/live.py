@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import http.client
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,9 +26,10 @@ from bidder.app import BidderState
 from bidder.assemble import build_state
 from bidder.pipeline import Stage
 from bidder.reconciler_process import running_reconciler
-from bidder.server import prepare_resources, wait_for_leases
+from bidder.server import prepare_resources
 from bidder.settings import Settings
 from bidder.stack import ChildProcess
+from bidder.stages import PacingStage
 from bidder.worker import start_background, start_site, stop_background
 
 StagesHook = Callable[[BidderState], Sequence[Stage]]
@@ -63,8 +65,20 @@ class LiveBidder:
             raise RuntimeError(f"live bidder did not start: {self._error!r}")
         if self.settings.reconciler:
             self.reconciler = self._processes.enter_context(running_reconciler(self.settings))
-            wait_for_leases(self.settings)
+            self._wait_for_leases()
         return self
+
+    def _wait_for_leases(self) -> None:
+        """Until this bidder's own pacer holds a lease (bounded: 3 pacing ticks)."""
+        assert self.state is not None
+        pacer = next(s.pacer for s in self.state.stages if isinstance(s, PacingStage))
+        campaigns = [c.id for c in self.state.book.index.campaigns]
+        deadline = time.monotonic() + 3 * self.settings.pacing_tick_s
+        while time.monotonic() < deadline:
+            if pacer.available and any(pacer.remaining(c) is not None for c in campaigns):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("the live bidder got no pacing leases from its reconciler")
 
     def __exit__(self, *exc: object) -> None:
         self._processes.close()
