@@ -8,10 +8,20 @@ against the chunk is the most one impression can cost: ``cost_of(max_bid_cpm)`` 
 caller passes it; ``max_cost_micros`` below). The real cost is debited when the
 impression is billed (``debit``), and the reconciler settles against the ledger.
 
-Fail-closed: before the first successful refresh, and after any failed one, every
-campaign is answered ``BUDGET_UNAVAILABLE`` until a refresh succeeds again; a missing
-or expired lease, or a chunk that cannot cover the bound, is ``NO_LEASE``; losing the
-draw is ``PACED``.
+Budget state that cannot be read means no spend, *beyond the leases already held*.
+A lease is budget the reconciler has already handed out and counted in its exposure,
+with an expiry (two ticks) that bounds what a node can spend from it whatever
+happens; so a failed refresh (Valkey down or slow) does not void the unexpired leases
+the node holds: it keeps spending from them, within their chunks, until they expire.
+That is exactly the stalled-reconciler bound (``pacing.lease``): at most two chunks
+per node. What a failed refresh does stop:
+
+- before the first successful refresh, every campaign is ``BUDGET_UNAVAILABLE``;
+- while refreshes fail, a campaign whose lease is missing, expired or used up is
+  ``BUDGET_UNAVAILABLE`` (a new lease may exist, but it cannot be read);
+- after a successful refresh, those are ``NO_LEASE`` again.
+
+Losing the draw is ``PACED``.
 """
 
 from __future__ import annotations
@@ -40,14 +50,13 @@ class NodePacer:
         self._random = rng or random.random
         self._accounts: dict[str, LeaseAccount] = {}
         self.available = False
+        """Whether the last refresh read the leases (False before the first one)."""
 
     def admit(self, campaign_id: str, max_cost_micros: int) -> NoBid | None:
         """None if the campaign may bid now; otherwise why not."""
-        if not self.available:
-            return NoBid.BUDGET_UNAVAILABLE
         account = self._accounts.get(campaign_id)
         if account is None or not account.covers(max_cost_micros, self._clock.wall_ms()):
-            return NoBid.NO_LEASE
+            return NoBid.NO_LEASE if self.available else NoBid.BUDGET_UNAVAILABLE
         if self._random() >= account.rate:
             return NoBid.PACED
         return None
@@ -63,6 +72,7 @@ class NodePacer:
         self.available = True
 
     def unavailable(self) -> None:
+        """A refresh failed: keep spending from unexpired leases only (module docstring)."""
         self.available = False
 
     def remaining(self, campaign_id: str) -> int | None:
@@ -71,12 +81,12 @@ class NodePacer:
 
 
 async def refresh_once(pacer: NodePacer, reader: LeaseReader, clock: Clock) -> bool:
-    """Heartbeat and reload the leases; on any failure the pacer goes fail-closed."""
+    """Heartbeat and reload the leases; on any failure only unexpired leases spend."""
     try:
         leases = await reader.refresh(clock.wall_ms())
     except (TimeoutError, RedisError, OSError, LeaseFormatError) as exc:
         if pacer.available:
-            log.warning("pacing: lease refresh failed, no spend until it works: %s", exc)
+            log.warning("pacing: lease refresh failed, spending only unexpired leases: %s", exc)
         pacer.unavailable()
         return False
     pacer.install(leases)

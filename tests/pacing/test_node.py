@@ -115,16 +115,71 @@ def test_lease_hashes_expire_with_their_leases(
         assert 0 < client.pttl(leases_key("node-c", prefix)) <= 10_000
 
 
-@pytest.mark.asyncio
-async def test_unreadable_budget_state_means_no_spend() -> None:
+@pytest_asyncio.fixture
+async def dead() -> AsyncIterator[aioredis.Redis]:
+    """A client of a Valkey that is not there: every refresh fails at once."""
     from bidder.stack import free_port
 
-    dead = aioredis.Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
-    pacer, clock = _pacer()
+    client = aioredis.Redis(
+        port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
+    )
+    yield client
+    await client.aclose()
+
+
+def _leased(draw: float = 0.0) -> tuple[NodePacer, ManualClock]:
+    pacer, clock = _pacer(draw)
     pacer.install({"c1": Lease(1, 1_000, T0 + 10_000, 1_000_000)})
+    return pacer, clock
+
+
+@pytest.mark.asyncio
+async def test_a_failed_refresh_keeps_spending_from_an_unexpired_lease(
+    dead: aioredis.Redis,
+) -> None:
+    pacer, clock = _leased()
     assert not await refresh_once(pacer, LeaseReader(dead, "node-d"), clock)
+    assert pacer.admit("c1", 1) is None
+
+
+@pytest.mark.asyncio
+async def test_unreadable_budget_state_means_no_spend_once_the_lease_expires(
+    dead: aioredis.Redis,
+) -> None:
+    pacer, clock = _leased()
+    await refresh_once(pacer, LeaseReader(dead, "node-d"), clock)
+    clock.advance(10.0)
     assert pacer.admit("c1", 1) is NoBid.BUDGET_UNAVAILABLE
-    await dead.aclose()
+
+
+@pytest.mark.asyncio
+async def test_while_refreshes_fail_a_spent_chunk_is_not_topped_up(
+    dead: aioredis.Redis,
+) -> None:
+    pacer, clock = _leased()
+    await refresh_once(pacer, LeaseReader(dead, "node-d"), clock)
+    pacer.debit("c1", 1_000)
+    assert pacer.admit("c1", 1) is NoBid.BUDGET_UNAVAILABLE
+
+
+@pytest.mark.asyncio
+async def test_while_refreshes_fail_a_campaign_without_a_lease_is_budget_unavailable(
+    dead: aioredis.Redis,
+) -> None:
+    pacer, clock = _leased()
+    await refresh_once(pacer, LeaseReader(dead, "node-d"), clock)
+    assert pacer.admit("c2", 1) is NoBid.BUDGET_UNAVAILABLE
+
+
+@pytest.mark.asyncio
+async def test_a_successful_refresh_after_failures_reads_the_leases_again(
+    writer: LeaseWriter, aclient: aioredis.Redis, dead: aioredis.Redis, prefix: str
+) -> None:
+    pacer, clock = _leased()
+    await refresh_once(pacer, LeaseReader(dead, "node-e"), clock)
+    writer.write(["node-e"], {"c2": Lease(2, 1_000, T0 + 10_000, 1_000_000)}, 10_000)
+    assert await refresh_once(pacer, LeaseReader(aclient, "node-e", 15_000, prefix), clock)
+    assert (pacer.admit("c1", 1), pacer.admit("c2", 1)) == (NoBid.NO_LEASE, None)
 
 
 def test_pacing_keys_of_one_node_share_a_slot() -> None:
