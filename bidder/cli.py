@@ -143,6 +143,15 @@ def _replay_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout-ms", type=float, default=100.0, help="client timeout (tmax)")
     p.add_argument("--json", type=Path, metavar="OUT", help="also write the report as JSON")
     p.add_argument("--no-progress", action="store_true")
+    faults = p.add_argument_group("exchange notice faults")
+    faults.add_argument(
+        "--duplicate-notices", type=float, default=0.0, metavar="SHARE",
+        help="share of wins that send one notice twice (0-1)",
+    )  # fmt: skip
+    faults.add_argument(
+        "--reorder-notices", action="store_true", help="bill before win, spread in a window"
+    )
+    faults.add_argument("--notice-window-ms", type=float, default=250.0, metavar="MS")
     add_bidder_options(p)
     p.set_defaults(command=_cmd_replay)
 
@@ -155,6 +164,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         warmup_s=args.warmup,
         timeout_ms=args.timeout_ms,
         deadline_ms=args.deadline_ms,
+        duplicate_notices=args.duplicate_notices,
+        reorder_notices=args.reorder_notices,
+        notice_window_ms=args.notice_window_ms,
     )
     records = list(read_stream(args.stream))
     if args.target:
@@ -199,6 +211,11 @@ def _gen_parser(p: argparse.ArgumentParser) -> None:
         "--ssp-boost", action="append", default=[], metavar="SSP=FACTOR",
         help="multiply one SSP's share of the traffic (repeatable), e.g. ssp-delta=10",
     )  # fmt: skip
+    p.add_argument(
+        "--heavy-users", type=int, default=0, metavar="N",
+        help="the N most active people also get --heavy-share of all auctions",
+    )  # fmt: skip
+    p.add_argument("--heavy-share", type=float, default=0.0, metavar="F")
     p.set_defaults(command=_cmd_gen)
 
 
@@ -207,7 +224,13 @@ def _cmd_gen(args: argparse.Namespace) -> int:
         raise ValueError("--requests and --rate must be positive")
     boost = parse_ssp_boost(args.ssp_boost) if args.ssp_boost else None
     summary = generate(
-        args.out, requests=args.requests, seed=args.seed, mean_rate=args.rate, ssp_boost=boost
+        args.out,
+        requests=args.requests,
+        seed=args.seed,
+        mean_rate=args.rate,
+        ssp_boost=boost,
+        heavy_users=args.heavy_users,
+        heavy_share=args.heavy_share,
     )
     print(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode())
     print(f"wrote {summary.requests} requests to {args.out}", file=sys.stderr)

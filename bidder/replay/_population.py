@@ -13,6 +13,11 @@ assignment would not: the heaviest user alone carries ~2.6% of requests. So the 
 (the most active users) is assigned greedily, each user to the category furthest below
 its share of the mass assigned so far, and the long tail at random. Users of a country
 are grouped into households of 1-4 that share an IP.
+
+Heavy users (``with_heavy_users``) are an optional overlay for frequency-cap runs: a
+share of the events is handed to the N most active users, evenly. The head is
+stratified, so those N users are a mix of countries and devices, as real heavy users
+are; each of them then sends ``share / N`` of the stream, enough to meet its caps.
 """
 
 from __future__ import annotations
@@ -72,6 +77,21 @@ class Population:
         """``n`` user indexes drawn by activity."""
         picks = np.searchsorted(self._cdf, rng.random(n) * self._cdf[-1], side="right")
         return [int(i) for i in np.minimum(picks, self.size - 1)]
+
+    def with_heavy_users(
+        self, rng: np.random.Generator, users: list[int], heavy_users: int, heavy_share: float
+    ) -> list[int]:
+        """``users`` with each event given, with probability ``heavy_share``, to one of
+        the ``heavy_users`` most active users (indexes 0 .. N-1, uniformly).
+
+        Draws nothing when there are no heavy users, so a stream without them is the
+        same as before the option existed.
+        """
+        if heavy_users < 1 or heavy_share <= 0:
+            return users
+        taken = rng.random(len(users)) < heavy_share
+        heavy = rng.integers(0, min(heavy_users, self.size), size=len(users))
+        return [int(h) if t else u for u, t, h in zip(users, taken, heavy, strict=True)]
 
     def user(self, index: int) -> User:
         found = self._users.get(index)

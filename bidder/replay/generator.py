@@ -36,7 +36,7 @@ from bidder.replay._diurnal import day_fractions
 from bidder.replay._draw import Auction, draw_auction
 from bidder.replay._malformed import KINDS as MALFORMED_KINDS
 from bidder.replay._malformed import malformed_body
-from bidder.replay._population import User, population
+from bidder.replay._population import POPULATION, User, population
 from bidder.replay._render import render
 from bidder.replay.stream import encode_record, write_stream
 
@@ -90,19 +90,27 @@ def generate(
     mean_rate: float = 400.0,
     day_start: datetime = DEFAULT_DAY_START,
     ssp_boost: Mapping[str, float] | None = None,
+    heavy_users: int = 0,
+    heavy_share: float = 0.0,
 ) -> GenSummary:
     """Write a ``requests``-line bidstream to ``out`` and describe it.
+
+    ``heavy_users`` / ``heavy_share``: a share of the auction events comes from the N
+    most active users, evenly (``heavy_users=10, heavy_share=0.3``: ten users send
+    about 30% of the stream), so frequency caps bite within a short replay.
 
     ``ssp_boost`` multiplies SSPs' weights (``{"ssp-delta": 10}``: delta sends 10x its
     usual share). ``requests`` and ``mean_rate`` stay totals, so to keep the other SSPs'
     rates unchanged scale both by ``boost_scale(ssp_boost)``.
     """
     _check_args(requests, seed, mean_rate, day_start)
+    _check_heavy(heavy_users, heavy_share)
     shares = _boosted(ssp_boost or {})
     rng, np_rng = random.Random(seed), np.random.default_rng(seed)
     plan = _plan(rng, requests)
     fractions = day_fractions(np_rng, len(plan))
     users = population().sample(np_rng, len(plan))
+    users = population().with_heavy_users(np_rng, users, heavy_users, heavy_share)
     span_s = requests / mean_rate
     tally = _Tally()
     emit = _Emitter(rng, int(day_start.timestamp() * 1000), tally, shares)
@@ -120,6 +128,18 @@ def _check_args(requests: int, seed: int, mean_rate: float, day_start: datetime)
         problems.append(f"mean_rate must be positive (got {mean_rate})")
     if day_start.tzinfo is None:
         problems.append("day_start must be timezone-aware (UTC)")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def _check_heavy(heavy_users: int, heavy_share: float) -> None:
+    problems = []
+    if not 0 <= heavy_users <= POPULATION:
+        problems.append(f"heavy_users must be 0-{POPULATION} (got {heavy_users})")
+    if not 0.0 <= heavy_share <= 1.0:
+        problems.append(f"heavy_share must be 0-1 (got {heavy_share})")
+    elif heavy_share > 0 and heavy_users == 0:
+        problems.append("heavy_share needs heavy_users of at least 1")
     if problems:
         raise ValueError("; ".join(problems))
 

@@ -27,14 +27,25 @@ A 200 is auctioned (``auction.py``); win and billing notices go out as fire-and-
 tasks on separate connection pools, so they never add to bid latency, and are awaited
 (with a bound) after the last bid request has been answered or timed out. A notice
 counts as ok on any 2xx; a non-``http://`` URL, an error or a timeout is a failure.
+
+Notice faults, to test exactly-once billing (``plan_notices``): ``duplicate_notices``
+is the share of wins whose exchange sends one of the two notices again, half of those
+at once (racing the original, like a retry after a lost answer) and half late (one to
+one and a half ``notice_window_ms`` after the win's notices started);
+``reorder_notices`` sends the billing notice before the win notice for half the wins and
+starts each win's notices at a random point inside ``notice_window_ms``, so notices of
+different wins arrive out of order. The choices are drawn from a hash of the market
+seed and the win's first notice URL: the same bids get the same faults whatever the
+order the answers come back in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +57,7 @@ from bidder.replay.report import AuctionTotals, ReplayResult, record_latency
 from bidder.replay.schedule import Pacing, Scheduled, schedule
 from bidder.replay.stream import StreamRecord
 
-__all__ = ["DEFAULT_PATH", "ReplayOptions", "ReplayResult", "replay"]
+__all__ = ["DEFAULT_PATH", "NoticeSend", "ReplayOptions", "ReplayResult", "plan_notices", "replay"]
 
 DEFAULT_PATH = "/openrtb2/bid"
 LATE_SEND_NS = 1_000_000
@@ -70,6 +81,13 @@ class ReplayOptions:
     notice_timeout_ms: float = 1000.0
     notice_drain_s: float = 5.0
     notice_connections: int = 64
+    duplicate_notices: float = 0.0
+    """Share (0-1) of wins whose exchange sends one of their notices twice."""
+    reorder_notices: bool = False
+    """Bill before win for half the wins; each win's notices start at a random point
+    inside ``notice_window_ms``, so notices of different wins interleave."""
+    notice_window_ms: float = 250.0
+    """The reordering window; late duplicates go 1-1.5 windows after their win's start."""
 
     def __post_init__(self) -> None:
         positive = (
@@ -82,9 +100,11 @@ class ReplayOptions:
         problems = [f"{name} must be positive" for name in positive if not getattr(self, name) > 0]
         problems += [
             f"{name} must not be negative"
-            for name in ("warmup_s", "notice_drain_s")
+            for name in ("warmup_s", "notice_drain_s", "notice_window_ms")
             if getattr(self, name) < 0
         ]
+        if not 0 <= self.duplicate_notices <= 1:
+            problems.append(f"duplicate_notices must be 0-1, got {self.duplicate_notices}")
         if problems:
             raise ValueError("; ".join(problems))
         Pacing(self.speed, self.rate, self.duration_s)  # raises now for a bad pace, not mid-replay
@@ -187,6 +207,7 @@ class _Replay:
         loop, started_ns = asyncio.get_running_loop(), time.perf_counter_ns()
         if measured:
             self._count_send(intended_ns, started_ns)
+            self.result.ssp(record.ssp).requests += 1
         else:
             self.result.warmup_requests += 1
         try:
@@ -194,14 +215,15 @@ class _Replay:
         except TimeoutError:
             if measured:
                 self.result.timeouts += 1
-                self._record(intended_ns, started_ns, time.perf_counter_ns())
+                corrected_ns = self._record(intended_ns, started_ns, time.perf_counter_ns())
+                self.result.ssp(record.ssp).count_timeout(corrected_ns // 1000)
             return
         except TransportError:
             if measured:
                 self.result.transport_errors += 1
             return
         if measured:
-            self._count_answer(response, intended_ns)
+            self._count_answer(response, intended_ns, record.ssp)
         if response.status == 200:
             self._auction(seq, record.body, response.body, measured)
 
@@ -213,13 +235,15 @@ class _Replay:
         self._first_send_ns = self._first_send_ns or sent_ns
         self._last_send_ns = max(self._last_send_ns, sent_ns)
 
-    def _count_answer(self, response: Response, intended_ns: int) -> None:
+    def _count_answer(self, response: Response, intended_ns: int, ssp: str) -> None:
         result, status = self.result, response.status
         result.status[status] += 1
-        if status == 204:
-            result.nbr_reasons[response.headers.get("x-nbr-reason", "unlabelled")] += 1
+        reason = response.headers.get("x-nbr-reason", "unlabelled") if status == 204 else None
+        if reason is not None:
+            result.nbr_reasons[reason] += 1
         corrected_ns = self._record(intended_ns, response.sent_ns, time.perf_counter_ns())
         result.within_deadline += status in (200, 204) and corrected_ns <= self._deadline_ns
+        result.ssp(ssp).count_answer(status, reason, corrected_ns // 1000)
 
     def _record(self, intended_ns: int, sent_ns: int, done_ns: int) -> int:
         """Record both latencies; returns the corrected one (ns)."""
@@ -246,10 +270,45 @@ class _Replay:
             self.error = task.exception()  # our bug: surface it after the replay, don't lose it
 
 
+@dataclass(frozen=True, slots=True)
+class NoticeSend:
+    """Notices the exchange sends one after the other, starting ``delay_s`` after the win."""
+
+    delay_s: float
+    urls: tuple[str, ...]
+
+
+def plan_notices(urls: Sequence[str], options: ReplayOptions) -> list[NoticeSend]:
+    """How the exchange sends one win's notices (``urls``: nurl then burl, non-empty).
+
+    Without faults: one send, in order, at once. See the module docstring for the faults.
+    """
+    draw = _uniforms(f"{options.market.seed}/{urls[0]}", 5)
+    window_s, chain, start = options.notice_window_ms / 1000, tuple(urls), 0.0
+    if options.reorder_notices:
+        chain = chain[::-1] if draw[0] < 0.5 else chain
+        start = draw[1] * window_s
+    plan = [NoticeSend(start, chain)]
+    if draw[2] < options.duplicate_notices:
+        copy = urls[min(int(draw[3] * len(urls)), len(urls) - 1)]
+        late_s = window_s * (1 + draw[4]) if draw[4] < 0.5 else 0.0
+        plan.append(NoticeSend(start + late_s, (copy,)))
+    return plan
+
+
+def _uniforms(key: str, count: int) -> list[float]:
+    """``count`` uniforms in (0, 1) fixed by ``key``."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8 * count).digest()
+    return [
+        (int.from_bytes(digest[i : i + 8], "big") + 0.5) / 2**64 for i in range(0, 8 * count, 8)
+    ]
+
+
 class _Notices:
-    """Win (nurl) then billing (burl) notices: fire-and-forget GETs on their own pools."""
+    """Win (nurl) and billing (burl) notices: fire-and-forget GETs on their own pools."""
 
     def __init__(self, options: ReplayOptions, totals: AuctionTotals) -> None:
+        self._options = options
         self._timeout_s = options.notice_timeout_ms / 1000
         self._connections = options.notice_connections
         self._totals = totals
@@ -258,8 +317,10 @@ class _Notices:
 
     def send(self, win: Win, measured: bool) -> None:
         urls = [url for url in (win.nurl, win.burl) if url]
-        if urls:
-            task = asyncio.get_running_loop().create_task(self._call(urls, measured))
+        if not urls:
+            return
+        for planned in plan_notices(urls, self._options):
+            task = asyncio.get_running_loop().create_task(self._call(planned, measured))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -276,18 +337,23 @@ class _Notices:
         for pool in self._pools.values():
             await pool.close()
 
-    async def _call(self, urls: list[str], measured: bool) -> None:
-        totals = self._totals
-        for url in urls:  # in order: an exchange bills (burl) only after the win (nurl)
-            ok = False
-            if measured:
-                totals.notices_sent += 1
-            try:
-                ok = await self._get(url)
-            finally:  # a notice cancelled at the drain bound counts as failed
-                if measured:
-                    totals.notices_ok += ok
-                    totals.notices_failed += not ok
+    async def _call(self, planned: NoticeSend, measured: bool) -> None:
+        done = 0
+        try:
+            if planned.delay_s > 0:
+                await asyncio.sleep(planned.delay_s)
+            for url in planned.urls:  # one after the other: a bill follows its win (or leads it)
+                self._count(await self._get(url), measured)
+                done += 1
+        finally:  # notices cancelled at the drain bound, or never started, count as failed
+            for _ in planned.urls[done:]:
+                self._count(False, measured)
+
+    def _count(self, ok: bool, measured: bool) -> None:
+        if measured:
+            self._totals.notices_sent += 1
+            self._totals.notices_ok += ok
+            self._totals.notices_failed += not ok
 
     async def _get(self, url: str) -> bool:
         try:

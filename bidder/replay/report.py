@@ -8,6 +8,11 @@ hold answered requests and timeouts (a timeout is recorded at the moment it was
 abandoned: a lower bound); transport errors are counted, not timed. A p99.9 needs at
 least 100,000 samples to mean much (the benchmark protocol); it is always shown, with
 ``p99_9_reliable`` false below that.
+
+Per supply partner (the record's ``ssp``, sent as ``X-Ssp``) the same measured requests
+are split again: counts, statuses, no-bid reasons, and two corrected histograms, one of
+every timed request and one of the 204s alone. A partner over its rate limit should get
+its 204s fast while the others' latency stays put; the split shows both.
 """
 
 from __future__ import annotations
@@ -46,6 +51,39 @@ class AuctionTotals:
 
 
 @dataclass(slots=True)
+class SspResult:
+    """One supply partner's share of the measured requests."""
+
+    requests: int = 0
+    status: collections.Counter[int] = field(default_factory=collections.Counter)
+    nbr_reasons: collections.Counter[str] = field(default_factory=collections.Counter)
+    corrected: HdrHistogram = field(default_factory=new_latency_histogram)
+    """Every timed request (answers and timeouts), as in the overall histogram."""
+    corrected_204: HdrHistogram = field(default_factory=new_latency_histogram)
+    """The 204 answers alone: how fast a no-bid (a throttled one, say) comes back."""
+    timeouts: int = 0
+
+    @property
+    def throttled(self) -> int:
+        return self.nbr_reasons["throttled"]
+
+    @property
+    def no_bid_share(self) -> float:
+        return self.status[204] / self.requests if self.requests else 0.0
+
+    def count_answer(self, status: int, reason: str | None, corrected_us: int) -> None:
+        self.status[status] += 1
+        record_latency(self.corrected, corrected_us)
+        if status == 204:
+            self.nbr_reasons[reason or "unlabelled"] += 1
+            record_latency(self.corrected_204, corrected_us)
+
+    def count_timeout(self, corrected_us: int) -> None:
+        self.timeouts += 1
+        record_latency(self.corrected, corrected_us)
+
+
+@dataclass(slots=True)
 class ReplayResult:
     """Totals of the measured part of a replay (warm-up requests are only counted)."""
 
@@ -66,6 +104,15 @@ class ReplayResult:
     late_sends: int = 0
     max_send_lag_ms: float = 0.0
     auction: AuctionTotals = field(default_factory=AuctionTotals)
+    ssps: dict[str, SspResult] = field(default_factory=dict)
+    """Per supply partner, by name."""
+
+    def ssp(self, name: str) -> SspResult:
+        """``name``'s figures, created on first use."""
+        found = self.ssps.get(name)
+        if found is None:
+            found = self.ssps[name] = SspResult()
+        return found
 
     @property
     def rate_rps(self) -> float:
@@ -137,6 +184,22 @@ def to_json(result: ReplayResult) -> dict[str, Any]:
             "notices_ok": auction.notices_ok,
             "notices_failed": auction.notices_failed,
         },
+        "ssps": {name: ssp_json(result.ssps[name]) for name in sorted(result.ssps)},
+    }
+
+
+def ssp_json(ssp: SspResult) -> dict[str, Any]:
+    return {
+        "requests": ssp.requests,
+        "status": status_classes(ssp.status),
+        "no_bid_share": round(ssp.no_bid_share, 6),
+        "throttled": ssp.throttled,
+        "timeouts": ssp.timeouts,
+        "nbr_reasons": dict(ssp.nbr_reasons.most_common()),
+        "latency_ms": {
+            "corrected": latency_ms(ssp.corrected),
+            "corrected_204": latency_ms(ssp.corrected_204),
+        },
     }
 
 
@@ -146,6 +209,7 @@ def render_table(result: ReplayResult) -> str:
         _summary(result),
         _statuses(result),
         _latency(result),
+        _per_ssp(result),
         _auction(result),
     ]
     return "\n\n".join(sections) + "\n"
@@ -193,6 +257,23 @@ def _latency(result: ReplayResult) -> str:
         f"within {result.deadline_ms:g} ms deadline: "
         f"{_share(result.within_deadline, result.requests)} of requests (200/204, corrected)"
     )
+    return "\n".join(lines)
+
+
+def _per_ssp(result: ReplayResult) -> str:
+    width = max([len("per SSP"), *map(len, result.ssps)]) + 2
+    lines = [
+        f"{'per SSP':<{width}}{'requests':>9}  {'204s':>8}  {'throttled':>9}"
+        f"  {'p50 ms':>8}  {'p99 ms':>8}  {'204 p99':>8}   (corrected)"
+    ]
+    for name in sorted(result.ssps):
+        ssp = result.ssps[name]
+        every, no_bids = latency_ms(ssp.corrected), latency_ms(ssp.corrected_204)
+        lines.append(
+            f"  {name:<{width - 2}}{ssp.requests:>9,}  {_share(ssp.status[204], ssp.requests):>8}"
+            f"  {ssp.throttled:>9,}  {every['p50']:>8.3f}  {every['p99']:>8.3f}"
+            f"  {no_bids['p99']:>8.3f}"
+        )
     return "\n".join(lines)
 
 

@@ -514,3 +514,55 @@ def test_parse_ssp_boost_reads_and_rejects() -> None:
     assert parse_ssp_boost(["ssp-delta=10"]) == {"ssp-delta": 10.0}
     with pytest.raises(ValueError, match=r"'ssp-x=2': unknown SSP.*'ssp-beta=0': expected"):
         parse_ssp_boost(["ssp-x=2", "ssp-beta=0"])
+
+
+# -- heavy users (frequency-cap runs) -------------------------------------------------------
+
+HEAVY = 10
+
+
+@pytest.fixture(scope="module")
+def heavy_requests(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    path = tmp_path_factory.mktemp("heavy") / "heavy.jsonl.gz"
+    generate(path, 2_000, seed=3, heavy_users=HEAVY, heavy_share=0.3)
+    with gzip.open(path) as src:
+        return [r["request"] for r in map(orjson.loads, src) if "request" in r]
+
+
+def test_heavy_users_send_about_their_share(heavy_requests: list[dict[str, Any]]) -> None:
+    heavy = {population().user(i).id for i in range(HEAVY)}
+    # 30% handed to them, plus what the most active users send anyway (a few %).
+    assert 0.30 <= share(sum(r["user"]["id"] in heavy for r in heavy_requests), 2_000) <= 0.42
+
+
+def test_heavy_users_each_send_many_requests(heavy_requests: list[dict[str, Any]]) -> None:
+    per_user = Counter(r["user"]["id"] for r in heavy_requests)
+    assert all(per_user[population().user(i).id] >= 40 for i in range(HEAVY))
+
+
+def test_no_heavy_share_leaves_the_stream_unchanged(tmp_path: Path) -> None:
+    generate(tmp_path / "a.jsonl.gz", 300, seed=7)
+    generate(tmp_path / "b.jsonl.gz", 300, seed=7, heavy_users=HEAVY, heavy_share=0.0)
+    assert (tmp_path / "a.jsonl.gz").read_bytes() == (tmp_path / "b.jsonl.gz").read_bytes()
+
+
+def test_heavy_streams_are_reproducible(tmp_path: Path) -> None:
+    for name in ("a.jsonl.gz", "b.jsonl.gz"):
+        generate(tmp_path / name, 300, seed=7, heavy_users=HEAVY, heavy_share=0.5)
+    assert (tmp_path / "a.jsonl.gz").read_bytes() == (tmp_path / "b.jsonl.gz").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("users", "heavy_share", "problem"),
+    [
+        (-1, 0.1, "heavy_users must be"),
+        (5, 1.5, "heavy_share must be 0-1"),
+        (5, float("nan"), "heavy_share must be 0-1"),
+        (0, 0.2, "heavy_share needs heavy_users"),
+    ],
+)
+def test_rejects_bad_heavy_user_options(
+    tmp_path: Path, users: int, heavy_share: float, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        generate(tmp_path / "x", 10, seed=1, heavy_users=users, heavy_share=heavy_share)

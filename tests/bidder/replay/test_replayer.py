@@ -10,9 +10,11 @@ import orjson
 import pytest
 import pytest_asyncio
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bidder.replay.auction import Market
-from bidder.replay.replayer import ReplayOptions, replay
+from bidder.replay.replayer import NoticeSend, ReplayOptions, plan_notices, replay
 from bidder.replay.report import render_table, status_classes, to_json
 from bidder.replay.stream import StreamRecord, encode_record, read_stream, write_stream
 
@@ -258,3 +260,103 @@ def test_bad_options_are_refused_up_front(bad):
 async def test_target_must_be_plain_http():
     with pytest.raises(ValueError, match="http://"):
         await replay([], "https://bidder.example", ReplayOptions())
+
+
+# --- notice faults: duplicates and reordering ------------------------------------------
+
+URLS = st.lists(
+    st.text(alphabet="abcdefghij0123456789/:?=&.", min_size=1, max_size=40),
+    min_size=1,
+    max_size=2,
+    unique=True,
+)
+FAULTS = st.builds(
+    ReplayOptions,
+    duplicate_notices=st.floats(0, 1),
+    reorder_notices=st.booleans(),
+    notice_window_ms=st.floats(0, 1000),
+    market=st.builds(Market, seed=st.integers(0, 2**32)),
+)
+
+
+@given(URLS)
+def test_without_faults_notices_go_at_once_win_then_bill(urls):
+    assert plan_notices(urls, ReplayOptions()) == [NoticeSend(0.0, tuple(urls))]
+
+
+@given(URLS, FAULTS)
+def test_each_notice_is_planned_once_in_some_order_plus_at_most_one_copy(urls, faults):
+    first, *copies = plan_notices(urls, faults)
+    assert sorted(first.urls) == sorted(urls)
+    assert len(copies) <= 1
+    assert all(len(copy.urls) == 1 and copy.urls[0] in urls for copy in copies)
+
+
+@given(URLS, FAULTS)
+def test_planned_notices_start_at_most_two_and_a_half_windows_after_the_win(urls, faults):
+    window_s = faults.notice_window_ms / 1000
+    for planned in plan_notices(urls, faults):
+        assert 0 <= planned.delay_s <= 2.5 * window_s
+
+
+@given(URLS, FAULTS)
+def test_the_same_win_gets_the_same_faults(urls, faults):
+    assert plan_notices(urls, faults) == plan_notices(list(urls), faults)
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_a_duplicate_share_of_zero_or_one_is_never_or_always(share):
+    opts = ReplayOptions(duplicate_notices=share)
+    plans = [
+        plan_notices([f"http://x/win?t={i}", f"http://x/bill?t={i}"], opts) for i in range(200)
+    ]
+    assert {len(plan) for plan in plans} == {1 + int(share)}
+
+
+def test_reordering_sends_about_half_the_bills_first():
+    opts = ReplayOptions(reorder_notices=True)
+    plans = [
+        plan_notices([f"http://x/win?t={i}", f"http://x/bill?t={i}"], opts) for i in range(1000)
+    ]
+    bills_first = sum(plan[0].urls[0].startswith("http://x/bill") for plan in plans)
+    assert 400 <= bills_first <= 600
+
+
+@pytest.mark.asyncio
+async def test_duplicated_notices_reach_the_bidder_as_extra_copies(bidder):
+    result = await replay(records(["bid"] * 10), bidder.url, options(duplicate_notices=1.0))
+    auction = result.auction
+    assert (auction.notices_sent, auction.notices_ok, auction.notices_failed) == (30, 30, 0)
+    for i in range(10):
+        kinds = sorted(kind for kind, bid, _ in bidder.notices if bid == f"bid-r{i}")
+        assert kinds in (["bill", "bill", "win"], ["bill", "win", "win"])
+
+
+@pytest.mark.asyncio
+async def test_reordered_notices_send_some_bills_before_their_win(bidder):
+    await replay(records(["bid"] * 20), bidder.url, options(reorder_notices=True))
+    orders = {
+        bid: [kind for kind, b, _ in bidder.notices if b == bid]
+        for bid in {bid for _, bid, _ in bidder.notices}
+    }
+    assert len(orders) == 20
+    assert all(sorted(kinds) == ["bill", "win"] for kinds in orders.values())
+    assert ["bill", "win"] in orders.values()
+
+
+@pytest.mark.asyncio
+async def test_reordered_notices_of_different_wins_interleave(bidder):
+    await replay(records(["bid"] * 20), bidder.url, options(reorder_notices=True))
+    first_seen = list(dict.fromkeys(bid for _, bid, _ in bidder.notices))
+    assert first_seen != [f"bid-r{i}" for i in range(20)]
+
+
+@pytest.mark.parametrize("bad", [{"duplicate_notices": 1.5}, {"duplicate_notices": -0.1}])
+def test_a_duplicate_share_outside_zero_to_one_is_refused(bad):
+    with pytest.raises(ValueError, match="duplicate_notices"):
+        ReplayOptions(**bad)
+
+
+def test_a_negative_notice_window_is_refused():
+    with pytest.raises(ValueError, match="notice_window_ms"):
+        ReplayOptions(notice_window_ms=-1)
