@@ -13,6 +13,8 @@ once, and keep it. Calls block, so never make them on the event loop thread.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import boto3
@@ -48,3 +50,14 @@ def aws_client(service: str, endpoint: str, region: str = "us-east-1") -> BaseCl
         service, endpoint_url=endpoint, config=_CONFIG, **credentials
     )
     return client
+
+
+def scan_items(client: BaseClient, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every item of a DynamoDB ``scan`` with ``params``, page after page (blocking)."""
+    params = dict(params)
+    while True:
+        page = client.scan(**params)
+        yield from page.get("Items", [])
+        if "LastEvaluatedKey" not in page:
+            return
+        params["ExclusiveStartKey"] = page["LastEvaluatedKey"]

@@ -24,6 +24,7 @@ import orjson
 from boto3.dynamodb.table import BatchWriter
 from botocore.exceptions import BotoCoreError, ClientError
 
+from bidder.aws import scan_items
 from bidder.clock import Clock, SystemClock
 
 DEFAULT_TABLE = "bidsim-campaigns"
@@ -119,12 +120,7 @@ class CampaignTable:
         }
         if self._page_size is not None:
             params["Limit"] = self._page_size
-        while True:
-            page = self._client.scan(**params)
-            yield from page.get("Items", [])
-            if "LastEvaluatedKey" not in page:
-                return
-            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return scan_items(self._client, params)
 
     @contextlib.contextmanager
     def _errors(self, operation: str) -> Iterator[None]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from bidder.aws import scan_items
 from bidder.ledger import LedgerEntry
 from pacing.curves import day_of
 
@@ -145,13 +146,8 @@ class SpendTable:
         return found
 
     def _scan(self) -> Iterator[dict[str, Any]]:
-        params: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
-        while True:
-            page = self._client.scan(**params)
-            yield from page.get("Items", [])
-            if "LastEvaluatedKey" not in page:
-                return
-            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        params = {"TableName": self.table_name, "ConsistentRead": True}
+        return scan_items(self._client, params)
 
     @contextlib.contextmanager
     def _errors(self, operation: str) -> Iterator[None]:
