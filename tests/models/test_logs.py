@@ -41,10 +41,12 @@ def test_a_log_naming_an_unknown_campaign_is_refused_with_its_line(
     world: World, tmp_path: Path
 ) -> None:
     path = tmp_path / "log.jsonl"
-    write_log(path, world.impressions[:2])
-    others = [c for c in world.campaigns if c.id != world.impressions[1].candidate.campaign.id]
-    if world.impressions[0].candidate.campaign.id == world.impressions[1].candidate.campaign.id:
-        pytest.skip("both lines name the same campaign")
+    first = world.impressions[0]
+    second = next(
+        i for i in world.impressions if i.candidate.campaign.id != first.candidate.campaign.id
+    )
+    write_log(path, [first, second])
+    others = [c for c in world.campaigns if c.id != second.candidate.campaign.id]
     with pytest.raises(LogError, match=":2: unknown or missing"):
         list(read_log(path, others))
 
