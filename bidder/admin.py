@@ -11,20 +11,32 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import redis.asyncio as aioredis
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
+
+from bidder.valkey import AsyncValkey, connect_async
 
 _PING_TIMEOUT_S = 0.2
 
 
 def build_admin_app(
-    metrics_dir: str, workers_alive: Callable[[], int], workers: int, valkey_url: str | None
+    metrics_dir: str,
+    workers_alive: Callable[[], int],
+    workers: int,
+    valkey_url: str | None,
+    valkey_cluster: bool = False,
 ) -> web.Application:
+    """``valkey_cluster``: ``valkey_url`` is a Valkey Cluster node; the PING then goes
+    to the client's default node (health asks "can we reach the cluster", not each
+    primary)."""
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=metrics_dir)
-    valkey = aioredis.Redis.from_url(valkey_url) if valkey_url else None
+    valkey = (
+        connect_async(valkey_url, cluster=valkey_cluster, timeout_s=_PING_TIMEOUT_S)
+        if valkey_url
+        else None
+    )
 
     async def metrics(_: web.Request) -> web.Response:
         body = await asyncio.to_thread(generate_latest, registry)
@@ -49,7 +61,7 @@ def build_admin_app(
     return app
 
 
-async def _pings(valkey: aioredis.Redis | None) -> bool | None:
+async def _pings(valkey: AsyncValkey | None) -> bool | None:
     if valkey is None:
         return None
     try:

@@ -38,6 +38,7 @@ from bidder.clock import Clock
 from bidder.nobid import NoBid
 from bidder.notices import NoticeError, parse_notice
 from bidder.openrtb import InvalidRequest, parse_bid_request
+from bidder.overload import InFlightGate, LoopLag, run_lag_probe
 from bidder.pipeline import Context, PricedCandidate, Stage, run_stages
 from bidder.response import NoticeUrls, build_response, winners
 from bidder.settings import Settings
@@ -84,22 +85,50 @@ _BID_HEADERS = CIMultiDictProxy(
 
 
 class BidHandler:
+    """``POST /openrtb2/bid``; sheds under overload (see ``bidder.overload``).
+
+    It registers its event-loop lag probe as a background job of ``state``, so the
+    probe runs wherever the state's jobs are started (worker, live test bidder).
+    """
+
     def __init__(self, state: BidderState):
         self._state = state
         self._settings = state.settings
         self._budget_s = state.settings.deadline_ms / 1000
         self._allowance_s = state.settings.network_allowance_ms / 1000
+        self._shed_lag_s = state.settings.shed_lag_s
+        self._gate = InFlightGate(state.settings.max_in_flight)
+        self._lag = LoopLag(state.clock)
+        state.background.append(self._probe_lag)
+
+    async def _probe_lag(self) -> None:
+        await run_lag_probe(self._lag, self._state.clock, on_sample=metrics.LOOP_LAG.set)
 
     async def handle(self, request: web.Request) -> web.Response:
         clock = self._state.clock
-        received = clock.monotonic()
-        outcome = await self._decide_in_time(request, received)
-        metrics.LATENCY.observe(clock.monotonic() - received)
+        now = clock.monotonic()
+        lag = self._lag.current()
+        if lag > self._shed_lag_s:
+            metrics.SHED_LOOP_LAG.inc()
+            return self._answer_nobid(NoBid.OVERLOADED, now)
+        if not self._gate.enter():
+            metrics.SHED_IN_FLIGHT.inc()
+            return self._answer_nobid(NoBid.OVERLOADED, now)
+        try:
+            # Queueing before the handler counts against the deadline: charge the lag.
+            outcome = await self._decide_in_time(request, now - lag)
+        finally:
+            self._gate.leave()
         if isinstance(outcome, NoBid):
-            metrics.NOBID_BY_REASON[outcome].inc()
-            return web.Response(status=204, headers=_NOBID_HEADERS[outcome])
+            return self._answer_nobid(outcome, now)
+        metrics.LATENCY.observe(clock.monotonic() - now)
         metrics.BIDS.inc()
         return web.Response(body=outcome, headers=_BID_HEADERS)
+
+    def _answer_nobid(self, reason: NoBid, started: float) -> web.Response:
+        metrics.LATENCY.observe(self._state.clock.monotonic() - started)
+        metrics.NOBID_BY_REASON[reason].inc()
+        return web.Response(status=204, headers=_NOBID_HEADERS[reason])
 
     async def _decide_in_time(self, request: web.Request, received: float) -> bytes | NoBid:
         try:

@@ -22,8 +22,6 @@ import logging
 import os
 import socket
 
-import redis.asyncio as aioredis
-
 from bidder import metrics
 from bidder.app import BidderState
 from bidder.archive import LedgerArchive
@@ -56,6 +54,7 @@ from bidder.stages import (
 )
 from bidder.supply_files import DirectorySource, S3Source, SupplyCache, SupplySource
 from bidder.tokens import TokenSigner, generate_key
+from bidder.valkey import AsyncValkey, connect_async, warm_up
 from fcap import FcapStore, FrequencyCapper, NegativeCache
 from fcap import connect as fcap_connect
 from ids.bid_ids import bid_id_source
@@ -97,11 +96,10 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
     supply = await _supply_cache(settings, settings.aws_endpoint)
     pricer = Pricer(_model(settings), clock, shading=settings.bid_shading)
     profiles = _profile_cache(settings, settings.aws_endpoint, clock)
-    valkey = aioredis.Redis.from_url(
-        settings.valkey_url,
-        socket_timeout=_VALKEY_TIMEOUT_S,
-        socket_connect_timeout=_VALKEY_TIMEOUT_S,
+    valkey = connect_async(
+        settings.valkey_url, cluster=settings.valkey_cluster, timeout_s=_VALKEY_TIMEOUT_S
     )
+    await _warm_up(valkey)
     capper = await _capper(settings, settings.valkey_url)
     pacer = NodePacer(pacing_node_id(os.getpid()), clock)
     lease_reader = LeaseReader(valkey, pacer.node_id)
@@ -246,8 +244,15 @@ async def _capper(settings: Settings, url: str) -> FrequencyCapper:
     return FrequencyCapper(store, NegativeCache(settings.fcap_cache_entries))
 
 
+async def _warm_up(valkey: AsyncValkey) -> None:
+    try:
+        await warm_up(valkey, _FIRST_LEASE_TIMEOUT_S)
+    except Exception as exc:  # Valkey down at start: serve; the map loads on first use
+        log.warning("Valkey cluster slot map not loaded yet: %s", exc)
+
+
 async def _leased_ids(
-    settings: Settings, valkey: aioredis.Redis, clock: Clock
+    settings: Settings, valkey: AsyncValkey, clock: Clock
 ) -> tuple[Snowflake, WorkerLease]:
     generator = Snowflake(
         clock, max_backwards_ms=settings.id_max_backwards_ms, on_backwards=_count_backwards

@@ -42,14 +42,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import redis.asyncio as aioredis
-
 from bidder import metrics
 from bidder.clock import Clock
 from bidder.deferred import Billable, DeferredJournal
 from bidder.ledger import LedgerEntry, cost_of
 from bidder.notices import MAX_SKEW_MS, Notice
 from bidder.tokens import NoticeClaims
+from bidder.valkey import AsyncValkey
 from ids.snowflake import IdsUnavailable, decode
 
 log = logging.getLogger(__name__)
@@ -102,7 +101,7 @@ class LedgerAppender(Protocol):
 class Biller:
     def __init__(
         self,
-        valkey: aioredis.Redis,
+        valkey: AsyncValkey,
         ledger: LedgerAppender,
         next_id: Callable[[], int],
         clock: Clock,

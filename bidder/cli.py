@@ -96,6 +96,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _local_stack(args: argparse.Namespace, settings: Settings) -> LocalStack:
+    """The embedded servers the settings do not point elsewhere (StackError explains)."""
+    return LocalStack(
+        valkey_url=settings.valkey_url,
+        aws_endpoint=settings.aws_endpoint,
+        cluster=args.local_cluster,
+    )
+
+
+def _on_stack(settings: Settings, stack: LocalStack) -> Settings:
+    return settings.replace(
+        valkey_url=stack.valkey_url,
+        valkey_cluster=settings.valkey_cluster or stack.valkey_cluster,
+        aws_endpoint=stack.aws_endpoint,
+    )
+
+
 # --- serve -----------------------------------------------------------------------------
 
 
@@ -108,8 +125,8 @@ def _serve_parser(p: argparse.ArgumentParser) -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, args.port, args.admin_port)
-    with LocalStack(valkey_url=settings.valkey_url, aws_endpoint=settings.aws_endpoint) as stack:
-        settings = settings.replace(valkey_url=stack.valkey_url, aws_endpoint=stack.aws_endpoint)
+    with _local_stack(args, settings) as stack:
+        settings = _on_stack(settings, stack)
         return uvloop.run(_serve_until_stopped(settings))
 
 
@@ -181,8 +198,8 @@ def _replay_embedded(
     args: argparse.Namespace, records: list[StreamRecord], options: ReplayOptions
 ) -> ReplayResult:
     settings = settings_from_args(args, free_port(), free_port())
-    with LocalStack(valkey_url=settings.valkey_url, aws_endpoint=settings.aws_endpoint) as stack:
-        settings = settings.replace(valkey_url=stack.valkey_url, aws_endpoint=stack.aws_endpoint)
+    with _local_stack(args, settings) as stack:
+        settings = _on_stack(settings, stack)
 
         async def run() -> ReplayResult:
             async with running_bidder(settings) as bidder:

@@ -24,6 +24,10 @@ def add_stack_options(p: argparse.ArgumentParser) -> None:
         "--valkey-cluster", action="store_true", help="--valkey is a Valkey Cluster node"
     )
     p.add_argument("--aws-endpoint", metavar="URL", help="use this AWS endpoint instead of moto")
+    p.add_argument(
+        "--local-cluster", type=int, default=0, metavar="N",
+        help="start a local Valkey Cluster of N masters (3 or more) instead of one server",
+    )  # fmt: skip
 
 
 def add_bidder_options(p: argparse.ArgumentParser) -> None:
@@ -34,6 +38,10 @@ def add_bidder_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--deadline-ms", type=float, default=_D.deadline_ms)
     g.add_argument("--network-allowance-ms", type=float, default=_D.network_allowance_ms)
     g.add_argument("--max-body-bytes", type=int, default=_D.max_body_bytes)
+    g.add_argument("--max-in-flight", type=int, default=_D.max_in_flight)
+    g.add_argument(
+        "--shed-lag-ms", type=float, help="shed past this loop lag (default: deadline/2)"
+    )
     g.add_argument("--public-url", metavar="URL", help="base URL of notices (default: own)")
     g = p.add_argument_group("campaigns and eligibility")
     g.add_argument("--campaigns", type=Path, default=DEFAULT_CAMPAIGNS, metavar="FILE")
@@ -83,6 +91,8 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         deadline_ms=args.deadline_ms,
         network_allowance_ms=args.network_allowance_ms,
         max_body_bytes=args.max_body_bytes,
+        max_in_flight=args.max_in_flight,
+        shed_lag_ms=args.shed_lag_ms,
         public_url=args.public_url,
         campaigns_path=args.campaigns,
         campaign_refresh_s=args.campaign_refresh_s,

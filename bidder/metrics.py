@@ -95,3 +95,13 @@ DEFERRED_REPLAYED = Counter(
     "rejournaled (given a ledger id first), unreadable.",
     ["outcome"],
 )
+
+# --- overload (issue 8): shedding before the body is read -------------------------------
+SHED = Counter("bidsim_shed", "Bid requests shed at once (204 overloaded), by cause.", ["cause"])
+SHED_IN_FLIGHT = SHED.labels("in_flight")
+SHED_LOOP_LAG = SHED.labels("loop_lag")
+LOOP_LAG = Gauge(
+    "bidsim_loop_lag_seconds",
+    "How late the event-loop heartbeat fired, last sample.",
+    multiprocess_mode="max",
+)

@@ -55,6 +55,8 @@ class NoBid(enum.Enum):
     SCORE_ERROR = "score_error"
     # Anything late or broken.
     DEADLINE = "deadline"
+    OVERLOADED = "overloaded"
+    """Shed at once, body unread: in-flight bound reached or event loop lagging."""
     INTERNAL_ERROR = "internal_error"
 
     @property
@@ -78,6 +80,7 @@ _NBR_CODES: dict[NoBid, int] = {
     NoBid.ADS_TXT_UNAUTHORIZED: 12,
     NoBid.PROFILE_MISS: 8,
     NoBid.DEADLINE: 1,
+    NoBid.OVERLOADED: 1,
     NoBid.INTERNAL_ERROR: 1,
     NoBid.FCAP_UNAVAILABLE: 1,
     NoBid.BUDGET_UNAVAILABLE: 1,

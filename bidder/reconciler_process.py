@@ -34,6 +34,8 @@ def reconciler_argv(settings: Settings) -> list[str]:
         "--spend-table", settings.spend_table,
         "--campaign-table", settings.campaigns_table,
     ]  # fmt: skip
+    if settings.valkey_cluster:
+        argv.append("--valkey-cluster")
     if settings.pacing_curves is not None:
         argv += ["--curves", str(settings.pacing_curves)]
     return argv

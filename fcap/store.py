@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
+from bidder.valkey import connect_async
 from fcap import keys, scripts
 from fcap.plan import RESERVED, Period, Plan, build_plan, decide
 from fcap.rules import Subject, rules_argv
@@ -80,16 +79,9 @@ class CheckResult:
 
 
 def connect(url: str, *, cluster: bool = False, socket_timeout_s: float = 0.25) -> Any:
-    """A client for fcap: no retries or backoff; socket timeouts as a backstop only."""
-    options: dict[str, Any] = {
-        "socket_timeout": socket_timeout_s,
-        "socket_connect_timeout": socket_timeout_s,
-        "retry": Retry(NoBackoff(), 0),
-        "health_check_interval": 0,
-    }
-    if cluster:
-        return RedisCluster.from_url(url, **options)
-    return Redis.from_url(url, **options)
+    """A client for fcap (``bidder.valkey``: no retries or backoff; the socket timeout
+    is a backstop only, each call has its own deadline)."""
+    return connect_async(url, cluster=cluster, timeout_s=socket_timeout_s)
 
 
 class FcapStore:

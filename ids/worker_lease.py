@@ -34,10 +34,10 @@ import socket
 from collections.abc import Callable
 from importlib import resources
 
-import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from bidder.clock import Clock
+from bidder.valkey import AsyncValkey
 from ids.snowflake import MAX_WORKER, Snowflake
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def lease_keys(namespace: str) -> list[str]:
     return [f"{{{namespace}:ids}}:leases", f"{{{namespace}:ids}}:hwm"]
 
 
-def _script(client: aioredis.Redis, name: str) -> AsyncScript:
+def _script(client: AsyncValkey, name: str) -> AsyncScript:
     text = resources.files("ids").joinpath("lua", name).read_text(encoding="utf-8")
     return client.register_script(text)
 
@@ -66,7 +66,7 @@ class WorkerLease:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: AsyncValkey,
         generator: Snowflake,
         clock: Clock,
         *,

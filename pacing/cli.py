@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from redis.exceptions import RedisError
 from tqdm import tqdm
 
 from bidder.campaign_store import CampaignTable, StoreError
@@ -90,6 +91,9 @@ def _scenario_options(p: argparse.ArgumentParser) -> None:
 
 def _reconciler_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--valkey", metavar="URL", required=True)
+    p.add_argument(
+        "--valkey-cluster", action="store_true", help="--valkey is a Valkey Cluster node"
+    )
     p.add_argument("--aws-endpoint", metavar="URL", required=True)
     p.add_argument("--region", default="us-east-1")
     p.add_argument("--tick-s", type=float, default=5.0)
@@ -200,10 +204,14 @@ def cmd_reconciler(args: argparse.Namespace) -> int:
     store = CampaignTable(
         aws_client("dynamodb", args.aws_endpoint, args.region), args.campaign_table
     )
-    reconciler = build_reconciler(
-        args.valkey, args.aws_endpoint, campaigns_from_store(store), config,
-        args.stream, args.spend_table, args.region, curves=curves,
-    )  # fmt: skip
+    try:
+        reconciler = build_reconciler(
+            args.valkey, args.aws_endpoint, campaigns_from_store(store), config,
+            args.stream, args.spend_table, args.region, curves=curves,
+            valkey_cluster=args.valkey_cluster,
+        )  # fmt: skip
+    except RedisError as exc:
+        raise StackError(f"valkey at {args.valkey} is not reachable: {exc}") from exc
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

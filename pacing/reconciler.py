@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
 from botocore.exceptions import BotoCoreError, ClientError
 from prometheus_client import Counter
 from redis.exceptions import RedisError
@@ -33,15 +32,17 @@ from bidder.campaign_store import CampaignTable, StoreError
 from bidder.campaigns import Campaign, CampaignError, campaigns_from_docs
 from bidder.clock import Clock, SystemClock
 from bidder.ledger import LedgerEntry, LedgerFormatError, decode_entry
+from bidder.valkey import connect_sync
 from pacing.curves import BUILTIN, Curve, CurveError, day_of
 from pacing.lease import Lease, expiry_ms
-from pacing.lease_store import LeaseWriter
+from pacing.lease_store import LeaseWriter, leases_key
 from pacing.reconcile import Budget, PacingConfig, Reconcile, TickResult, budget_of
 from pacing.spend_table import SpendStoreError, SpendTable
 
 log = logging.getLogger("bidsim.reconciler")
 
 DEFAULT_STREAM = "bidsim-spend"
+_VALKEY_TIMEOUT_S = 2.0
 BREAKER_TRIPS = Counter(
     "bidsim_pacing_breaker_trips", "Campaigns paused by the pacing circuit breaker.", ["campaign"]
 )
@@ -226,6 +227,21 @@ def run_reconciler(
         stop.wait(max(next_at - clock.monotonic(), 0.0))
 
 
+class ClusterLeaseWriter(LeaseWriter):
+    """``LeaseWriter`` for a Valkey Cluster: one script call per node, no pipeline.
+
+    redis-py refuses scripts inside a cluster pipeline; the nodes' lease hashes are
+    on different slots anyway. A few round trips per tick, off the bid path.
+    """
+
+    def write(self, nodes: Sequence[str], leases: Mapping[str, Lease], ttl_ms: int) -> None:
+        args: list[Any] = [max(ttl_ms, 1)]
+        for campaign_id, lease in leases.items():
+            args += [campaign_id, lease.encode()]
+        for node in nodes:
+            self._write(keys=[leases_key(node, self._prefix)], args=args)
+
+
 def build_reconciler(
     valkey_url: str,
     aws_endpoint: str,
@@ -236,13 +252,19 @@ def build_reconciler(
     region: str = "us-east-1",
     clock: Clock | None = None,
     curves: dict[str, Curve] | None = None,
+    valkey_cluster: bool = False,
 ) -> Reconciler:
-    """A reconciler wired to real clients (creates the spend table if missing)."""
+    """A reconciler wired to real clients (creates the spend table if missing).
+
+    ``valkey_cluster``: ``valkey_url`` is a Valkey Cluster node. Raises
+    ``redis.RedisError`` when a cluster's slot map can't be read.
+    """
     table = SpendTable(aws_client("dynamodb", aws_endpoint, region), table_name)
     table.ensure_table()
     pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kinesis")
     reader = KinesisReader(aws_client("kinesis", aws_endpoint, region), stream, table, pool)
-    writer = LeaseWriter(redis.Redis.from_url(valkey_url, socket_timeout=2.0))
+    client = connect_sync(valkey_url, cluster=valkey_cluster, timeout_s=_VALKEY_TIMEOUT_S)
+    writer = ClusterLeaseWriter(client) if valkey_cluster else LeaseWriter(client)
     return Reconciler(reader, table, writer, campaigns, clock or SystemClock(), config, curves)
 
 

@@ -25,8 +25,9 @@ def bidder_settings(
 
     The pacing tick is short so a fresh bidder holds leases within a second; the
     ledger spool lives in the test run's temporary directory. The deadline is
-    generous: these tests assert decisions, and a 2-core machine running the suite
-    stalls now and then for longer than 8 ms (the deadline tests set their own).
+    generous, and so is the cap check's timeout: these tests assert decisions, and a
+    2-core machine running the suite stalls now and then for longer than 8 ms (the
+    deadline and chaos tests set their own).
     """
     settings = Settings(
         port=free_port(),
@@ -35,6 +36,7 @@ def bidder_settings(
         aws_endpoint=aws_endpoint,
         valkey_url=valkey_url,
         deadline_ms=250.0,
+        fcap_check_timeout_ms=100.0,
         pacing_tick_s=1.0,
         lease_refresh_s=0.2,
         spool_dir=tmp_path_factory.mktemp("spool"),

@@ -49,7 +49,7 @@ def keys_without_ttl(node_url: str) -> list[bytes]:
 
 @pytest_asyncio.fixture
 async def store(fcap_valkey_url: str) -> AsyncIterator[FcapStore]:
-    client = connect(fcap_valkey_url)
+    client = connect(fcap_valkey_url, socket_timeout_s=2.0)
     fcap_store = FcapStore(client, check_timeout_s=2.0, write_timeout_s=2.0)
     await fcap_store.start()
     yield fcap_store
@@ -59,7 +59,7 @@ async def store(fcap_valkey_url: str) -> AsyncIterator[FcapStore]:
 
 @pytest_asyncio.fixture
 async def cluster_store(cluster: LocalValkeyCluster) -> AsyncIterator[FcapStore]:
-    client = connect(cluster.url, cluster=True)
+    client = connect(cluster.url, cluster=True, socket_timeout_s=2.0)
     fcap_store = FcapStore(client, check_timeout_s=2.0, write_timeout_s=2.0)
     await fcap_store.start()
     yield fcap_store

@@ -1,0 +1,75 @@
+"""bidder.valkey: one factory for every Valkey client, one server or a cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from bidder.cluster import LocalValkeyCluster
+from bidder.stack import free_port
+from bidder.valkey import connect_async, connect_sync, warm_up
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalValkeyCluster]:
+    with LocalValkeyCluster() as local_cluster:
+        yield local_cluster
+
+
+def test_a_cluster_client_routes_keys_to_every_master(cluster: LocalValkeyCluster) -> None:
+    client = connect_sync(cluster.url, cluster=True, timeout_s=2.0)
+    try:
+        for i in range(30):
+            client.set(f"factory-test:{i}", i, px=60_000)
+        sizes = [redis.Redis.from_url(node.url).dbsize() for node in cluster.nodes]
+    finally:
+        client.close()
+    assert all(size > 0 for size in sizes)
+
+
+@pytest.mark.asyncio
+async def test_an_async_cluster_client_answers_after_warming_up(
+    cluster: LocalValkeyCluster,
+) -> None:
+    client = connect_async(cluster.url, cluster=True, timeout_s=2.0)
+    try:
+        await warm_up(client, 5.0)
+        await client.set("factory-test:async", "v", px=60_000)
+        value = await client.get("factory-test:async")
+    finally:
+        await client.aclose()
+    assert isinstance(client, aioredis.RedisCluster) and value == b"v"
+
+
+@pytest.mark.asyncio
+async def test_one_server_gets_a_plain_client(valkey_url: str) -> None:
+    client = connect_async(valkey_url, timeout_s=1.0)
+    try:
+        await warm_up(client, 1.0)  # a no-op here
+        pong = await client.ping()
+    finally:
+        await client.aclose()
+    assert type(client) is aioredis.Redis and pong is True
+
+
+def test_valkey_scheme_urls_are_accepted(valkey_url: str) -> None:
+    client = connect_sync(valkey_url.replace("redis://", "valkey://"), timeout_s=1.0)
+    try:
+        assert client.ping() is True
+    finally:
+        client.close()
+
+
+def test_an_unreachable_server_raises_a_connection_error_without_retrying() -> None:
+    client = connect_sync(f"redis://127.0.0.1:{free_port()}", timeout_s=0.5)
+    with pytest.raises(redis.ConnectionError):
+        client.ping()
+    assert client.get_retry().get_retries() == 0  # type: ignore[union-attr]
+
+
+def test_an_unreachable_cluster_node_raises_a_connection_error_when_connecting() -> None:
+    with pytest.raises(redis.ConnectionError):
+        connect_sync(f"redis://127.0.0.1:{free_port()}", cluster=True, timeout_s=0.5)

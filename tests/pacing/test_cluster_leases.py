@@ -1,0 +1,70 @@
+"""Pacing leases on a Valkey Cluster: single-key scripts, and the reconciler's writer
+and a node's reader working across the cluster's slots."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis.crc import key_slot
+
+from bidder.cluster import LocalValkeyCluster
+from bidder.valkey import connect_async, connect_sync, warm_up
+from pacing.lease import Lease
+from pacing.lease_store import LeaseReader, leases_key
+from pacing.reconciler import ClusterLeaseWriter
+
+LUA = Path(__file__).parents[2] / "pacing" / "lua"
+NODES = [f"host:{pid}" for pid in range(100, 106)]
+LEASE = Lease(lease_id=7, amount_micros=5_000, expires_ms=60_000, rate_ppm=1_000_000)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalValkeyCluster]:
+    with LocalValkeyCluster() as local_cluster:
+        yield local_cluster
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in LUA.glob("*.lua")))
+def test_each_pacing_script_touches_one_key(script: str) -> None:
+    used = set(re.findall(r"KEYS\[(\d+)\]", (LUA / script).read_text()))
+    assert used == {"1"}
+
+
+def test_the_nodes_leases_spread_over_several_slots() -> None:
+    # Not a requirement; it makes the writer test below cross nodes of the cluster.
+    assert len({key_slot(leases_key(node).encode()) for node in NODES}) == len(NODES)
+
+
+def test_the_cluster_writer_gives_every_live_node_its_leases(
+    cluster: LocalValkeyCluster,
+) -> None:
+    client = connect_sync(cluster.url, cluster=True, timeout_s=2.0)
+    try:
+        ClusterLeaseWriter(client).write(NODES, {"c1": LEASE}, ttl_ms=60_000)
+        written = [client.hget(leases_key(node), "c1") for node in NODES]
+    finally:
+        client.close()
+    assert written == [LEASE.encode().encode()] * len(NODES)
+
+
+@pytest.mark.asyncio
+async def test_a_node_heartbeats_and_reads_its_leases_on_a_cluster(
+    cluster: LocalValkeyCluster,
+) -> None:
+    writer_client = connect_sync(cluster.url, cluster=True, timeout_s=2.0)
+    node_client = connect_async(cluster.url, cluster=True, timeout_s=2.0)
+    try:
+        await warm_up(node_client, 5.0)
+        reader = LeaseReader(node_client, "host:900")
+        await reader.refresh(now_ms=1_000)
+        writer = ClusterLeaseWriter(writer_client)
+        live = writer.live_nodes(now_ms=1_000)
+        writer.write(live, {"c1": LEASE}, ttl_ms=60_000)
+        leases = await reader.refresh(now_ms=2_000)
+    finally:
+        writer_client.close()
+        await node_client.aclose()
+    assert (live, leases) == (["host:900"], {"c1": LEASE})
