@@ -40,6 +40,7 @@ from bidder.notices import NoticeError, parse_notice
 from bidder.openrtb import InvalidRequest, parse_bid_request
 from bidder.overload import InFlightGate, LoopLag, run_lag_probe
 from bidder.pipeline import Context, PricedCandidate, Stage, run_stages
+from bidder.ratelimit import RateLimiter
 from bidder.response import NoticeUrls, build_response, winners
 from bidder.settings import Settings
 from bidder.tokens import TokenSigner
@@ -99,6 +100,7 @@ class BidHandler:
         self._shed_lag_s = state.settings.shed_lag_s
         self._gate = InFlightGate(state.settings.max_in_flight)
         self._lag = LoopLag(state.clock)
+        self._partners = RateLimiter(state.settings.rate_limits, state.clock)
         state.background.append(self._probe_lag)
 
     async def _probe_lag(self) -> None:
@@ -111,6 +113,8 @@ class BidHandler:
         if lag > self._shed_lag_s:
             metrics.SHED_LOOP_LAG.inc()
             return self._answer_nobid(NoBid.OVERLOADED, now)
+        if not self._partner_allowed(request.headers.get("X-Ssp", "")):
+            return self._answer_nobid(NoBid.THROTTLED, now)
         if not self._gate.enter():
             metrics.SHED_IN_FLIGHT.inc()
             return self._answer_nobid(NoBid.OVERLOADED, now)
@@ -124,6 +128,14 @@ class BidHandler:
         metrics.LATENCY.observe(clock.monotonic() - now)
         metrics.BIDS.inc()
         return web.Response(body=outcome, headers=_BID_HEADERS)
+
+    def _partner_allowed(self, ssp: str) -> bool:
+        """Stage 2, the SSP's token bucket: checked on the header, before the body is
+        read or parsed, so a throttled partner costs microseconds."""
+        allowed = self._partners.allow(ssp)
+        outcome = "allowed" if allowed else "throttled"
+        metrics.PARTNER_REQUESTS.labels(self._partners.label(ssp), outcome).inc()
+        return allowed
 
     def _answer_nobid(self, reason: NoBid, started: float) -> web.Response:
         metrics.LATENCY.observe(self._state.clock.monotonic() - started)

@@ -2,7 +2,7 @@
 
 One place says which adapter feeds which stage, in hot-path order:
 
-    2 rate limit     RateLimiter (pure, per process)
+    2 rate limit     RateLimiter, in the bid handler: on the X-Ssp header, before the body
     3 consent        ConsentPolicy (pure)  ->  eligibility: CampaignBook (DynamoDB, refreshed)
     4 supply chain   SupplyCache (files or S3, refreshed hourly)
     5 profile        ProfileCache over DynamoDB (never waits)
@@ -36,7 +36,6 @@ from bidder.eligibility import EligibilityPolicy
 from bidder.notices import MAX_SKEW_MS
 from bidder.pipeline import Stage
 from bidder.profiles import CacheConfig, ProfileCache, ProfileTable, profile_client
-from bidder.ratelimit import RateLimiter
 from bidder.response import NoticeUrls
 from bidder.settings import Settings
 from bidder.sinks import CapCounter, LeaseDebit
@@ -48,7 +47,6 @@ from bidder.stages import (
     FcapStage,
     PacingStage,
     ProfileStage,
-    RateLimitStage,
     ScoreStage,
     SupplyChainStage,
 )
@@ -104,7 +102,6 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
     pacer = NodePacer(pacing_node_id(os.getpid()), clock)
     lease_reader = LeaseReader(valkey, pacer.node_id)
     stages: list[Stage] = [
-        RateLimitStage(RateLimiter(settings.rate_limits, clock)),
         ConsentStage(ConsentPolicy(vendor_id=settings.tcf_vendor_id)),
         EligibilityStage(book, EligibilityPolicy(bid_on_test=settings.bid_on_test)),
         SupplyChainStage(supply),

@@ -7,7 +7,7 @@ design's hot path, cheapest first, because ~97% of requests end in a no-bid and
 the cheapest stage that can decide should:
 
     1. parse + shape check          bidder.openrtb (before the pipeline: it makes ctx)
-    2. partner rate limit           bidder.ratelimit
+    2. partner rate limit           bidder.ratelimit, in the handler before the body is read
     3. consent, then eligibility    bidder.consent, bidder.eligibility
     4. supply chain                 bidder.schain (caches: bidder.supply_files)
     5. identity + profile           (issue: scoring and pricing)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Sequence
 
-from bidder import metrics
 from bidder.campaign_book import CampaignBook
 from bidder.clock import Clock
 from bidder.consent import ConsentPolicy, evaluate
@@ -16,27 +15,12 @@ from bidder.nobid import NoBid
 from bidder.pipeline import Context, PricedCandidate, StageResult
 from bidder.pricing import base_price
 from bidder.profiles import ProfileCache
-from bidder.ratelimit import RateLimiter
 from bidder.schain import apply_policy, verify
 from bidder.supply_files import SupplyCache
 from fcap import FrequencyCapper, Reservation, Subject, Verdict
 from models.scorer import ScoringError
 from models.serving import Pricer
 from pacing import NodePacer
-
-
-class RateLimitStage:
-    """Stage 2: each SSP's token bucket; an SSP over its quota gets a 204 at once."""
-
-    def __init__(self, limiter: RateLimiter):
-        self._limiter = limiter
-
-    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
-        allowed = self._limiter.allow(ctx.ssp)
-        metrics.PARTNER_REQUESTS.labels(
-            self._limiter.label(ctx.ssp), "allowed" if allowed else "throttled"
-        ).inc()
-        return None if allowed else NoBid.THROTTLED
 
 
 class ConsentStage:

@@ -22,6 +22,7 @@ from bidder.replay.stream import read_stream
 from bidder.server import running_bidder
 from bidder.settings import Settings
 from bidder.stack import free_port
+from tests.bidder.live import LiveBidder
 
 BOOST = {"ssp-delta": 10.0}
 NORMAL_RATE = 400.0
@@ -55,3 +56,21 @@ async def test_a_burst_from_one_ssp_is_throttled_while_the_others_are_not(
         "ssp-beta": 0,
         "ssp-gamma": 0,
     }
+
+
+def test_a_throttled_partner_is_answered_before_its_body_is_read(
+    bidder_settings: Settings,
+) -> None:
+    settings = bidder_settings.replace(
+        port=free_port(), reconciler=False, rate_limits=parse_rate_limits(["ssp-x=1:1"])
+    )
+    with LiveBidder(settings) as bidder:
+        first = bidder.post(b"not even json", headers={"X-Ssp": "ssp-x"})
+        second = bidder.post(b"not even json", headers={"X-Ssp": "ssp-x"})
+        other = bidder.post(b"not even json", headers={"X-Ssp": "ssp-y"})
+    # The first is admitted and then refused as invalid; the second never gets that far.
+    assert [(a.status, a.reason) for a in (first, second, other)] == [
+        (204, "invalid"),
+        (204, "throttled"),
+        (204, "invalid"),
+    ]

@@ -15,8 +15,7 @@ from bidder.nobid import NoBid
 from bidder.openrtb import parse_bid_request
 from bidder.pipeline import Context
 from bidder.profiles import Profile, ProfileCache
-from bidder.ratelimit import RateLimit, RateLimiter, RateLimits
-from bidder.stages import ConsentStage, PacingStage, ProfileStage, RateLimitStage
+from bidder.stages import ConsentStage, PacingStage, ProfileStage
 from pacing import Lease, NodePacer
 from tests.bidder.conftest import CAMPAIGNS
 
@@ -99,16 +98,6 @@ def test_pacing_reports_the_most_severe_reason_across_campaigns() -> None:
     ctx = _ctx()
     ctx.candidates = _candidates(ctx, "cobalt-skyscrapers", "meadow-home-spring-sale")
     assert PacingStage(pacer)(ctx, 1.0) is NoBid.NO_LEASE
-
-
-def test_rate_limit_throttles_an_ssp_over_its_burst() -> None:
-    clock = ManualClock()
-    limiter = RateLimiter(RateLimits({"ssp-a": RateLimit(qps=1.0, burst=2)}), clock)
-    stage = RateLimitStage(limiter)
-    answers = [stage(_ctx(), 1.0) for _ in range(3)]
-    assert answers == [None, None, NoBid.THROTTLED]
-    clock.advance(1.0)
-    assert stage(_ctx(), 1.0) is None
 
 
 def test_consent_without_a_tc_string_under_gdpr_is_refused() -> None:
