@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from bidder.server import load_campaigns
 from bidder.settings import Settings
 from bidder.stack import free_port
-from tests.bidder.live import LiveBidder
+from tests.bidder.live import CAMPAIGNS, REPO, LiveBidder
 
-REPO = Path(__file__).resolve().parents[2]
-CAMPAIGNS = REPO / "fixtures" / "openrtb" / "campaigns.json"
 EXTERNAL = REPO.parent / "shared" / "external" / "openrtb"
 
 

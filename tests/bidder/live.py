@@ -19,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import uvloop
 
@@ -28,9 +30,12 @@ from bidder.pipeline import Stage
 from bidder.reconciler_process import running_reconciler
 from bidder.server import prepare_resources
 from bidder.settings import Settings
-from bidder.stack import ChildProcess
+from bidder.stack import ChildProcess, LocalStack, free_port
 from bidder.stages import PacingStage
 from bidder.worker import start_background, start_site, stop_background
+
+REPO = Path(__file__).resolve().parents[2]
+CAMPAIGNS = REPO / "fixtures" / "openrtb" / "campaigns.json"
 
 StagesHook = Callable[[BidderState], Sequence[Stage]]
 
@@ -136,3 +141,22 @@ class LiveBidder:
         finally:
             await runner.cleanup()
             await stop_background(state, background)
+
+
+def stack_settings(stack: LocalStack, tmp_path: Path, **changes: Any) -> Settings:
+    """Settings of a full bidder on a test's own stack: the bundled campaigns, a 1 s
+    pacing tick (leases within a second), the spool in ``tmp_path``; then ``changes``."""
+    return (
+        Settings(
+            port=free_port(),
+            admin_port=free_port(),
+            campaigns_path=CAMPAIGNS,
+            valkey_url=stack.valkey_url,
+            aws_endpoint=stack.aws_endpoint,
+            pacing_tick_s=1.0,
+            lease_refresh_s=0.2,
+            spool_dir=tmp_path / "spool",
+        )
+        .replace(**changes)
+        .validate()
+    )

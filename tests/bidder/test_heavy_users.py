@@ -47,7 +47,7 @@ from bidder.settings import Settings
 from bidder.stack import LocalStack, free_port
 from bidder.tokens import NoticeClaims, TokenSigner
 from fcap.rules import Rule, Subject, build_subjects, counts_at
-from tests.bidder.conftest import CAMPAIGNS
+from tests.bidder.live import CAMPAIGNS, stack_settings
 
 KEY = "heavy-users-notice-key-" + "h" * 32
 SIGNER = TokenSigner({"k1": KEY.encode()}, "k1")
@@ -111,23 +111,17 @@ def stream(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _settings(stack: LocalStack, proxy: NoticeProxy, tmp_path: Path) -> Settings:
-    return Settings(
-        port=free_port(),
-        admin_port=free_port(),
+    return stack_settings(
+        stack,
+        tmp_path,
         workers=2,
-        campaigns_path=CAMPAIGNS,
-        aws_endpoint=stack.aws_endpoint,
-        valkey_url=stack.valkey_url,
         # Decisions, not latency, are under test here: a stall of the shared 2-core box
         # must not turn cap checks into fail-open timeouts (counted and bounded anyway).
         deadline_ms=50.0,
         fcap_check_timeout_ms=25.0,
-        pacing_tick_s=1.0,
-        lease_refresh_s=0.2,
         public_url=f"http://127.0.0.1:{proxy.port}",
         notice_keys=(("k1", KEY),),
-        spool_dir=tmp_path / "spool",
-    ).validate()
+    )
 
 
 def _ledger(settings: Settings, endpoint: str) -> list[LedgerEntry]:

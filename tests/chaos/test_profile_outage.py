@@ -47,9 +47,10 @@ from bidder.replay.report import ReplayResult, status_classes
 from bidder.replay.stream import StreamRecord, read_stream
 from bidder.server import running_bidder
 from bidder.settings import Settings
-from bidder.stack import LocalStack, free_port
+from bidder.stack import LocalStack
 from models.cli import add_commands
-from tests.bidder.conftest import CAMPAIGNS, EXTERNAL
+from tests.bidder.conftest import EXTERNAL
+from tests.bidder.live import stack_settings
 from tests.bidder.openrtb_checks import with_fresh_user
 
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()
@@ -198,16 +199,7 @@ def outage(tmp_path_factory: pytest.TempPathFactory) -> Outage:
 def run_outage(tmp_path: Path) -> Outage:
     streams = _streams(tmp_path)
     with LocalStack() as stack:  # private: moto is killed
-        settings = Settings(
-            port=free_port(),
-            admin_port=free_port(),
-            campaigns_path=CAMPAIGNS,
-            valkey_url=stack.valkey_url,
-            aws_endpoint=stack.aws_endpoint,
-            pacing_tick_s=1.0,
-            lease_refresh_s=0.2,
-            spool_dir=tmp_path / "spool",
-        ).validate()
+        settings = stack_settings(stack, tmp_path)
         _load_profiles(stack.aws_endpoint, [tmp_path / f"{name}.jsonl.gz" for name in streams])
         return uvloop.run(_run_passes(settings, streams, stack.pids["moto"]))
 

@@ -27,8 +27,8 @@ from bidder.replay.report import ReplayResult, status_classes, to_json
 from bidder.replay.stream import StreamRecord, read_stream
 from bidder.server import running_bidder
 from bidder.settings import Settings
-from bidder.stack import LocalStack, free_port
-from tests.bidder.conftest import CAMPAIGNS
+from bidder.stack import LocalStack
+from tests.bidder.live import stack_settings
 
 pytestmark = pytest.mark.chaos
 
@@ -68,17 +68,7 @@ def surge(tmp_path_factory: pytest.TempPathFactory) -> Surge:
     warmup = _stream(tmp_path, "warmup", 30, WARMUP_REQUESTS)
     surged = _stream(tmp_path, "surge", 31, SURGE_REQUESTS)
     with LocalStack() as stack:  # private: a surge must not load the session servers
-        settings = Settings(
-            port=free_port(),
-            admin_port=free_port(),
-            workers=1,
-            campaigns_path=CAMPAIGNS,
-            valkey_url=stack.valkey_url,
-            aws_endpoint=stack.aws_endpoint,
-            pacing_tick_s=1.0,
-            lease_refresh_s=0.2,
-            spool_dir=tmp_path / "spool",
-        ).validate()
+        settings = stack_settings(stack, tmp_path, workers=1)
         result = uvloop.run(_passes(settings, warmup, surged))
     for name, res in (("warmup", result.warmup), ("surge", result.surge)):
         print(f"\n{name}: " + json.dumps(to_json(res), default=str))

@@ -53,8 +53,8 @@ from bidder.replay.report import status_classes
 from bidder.replay.stream import StreamRecord, read_stream
 from bidder.server import running_bidder
 from bidder.settings import Settings
-from bidder.stack import LocalStack, free_port
-from tests.bidder.conftest import CAMPAIGNS
+from bidder.stack import LocalStack
+from tests.bidder.live import stack_settings
 
 pytestmark = pytest.mark.chaos
 
@@ -205,16 +205,7 @@ class Outcome:
 
 
 def _settings(stack: LocalStack, tmp_path: Path) -> Settings:
-    return Settings(
-        port=free_port(),
-        admin_port=free_port(),
-        campaigns_path=CAMPAIGNS,
-        aws_endpoint=stack.aws_endpoint,
-        valkey_url=stack.valkey_url,
-        pacing_tick_s=TICK_S,
-        lease_refresh_s=0.2,
-        spool_dir=tmp_path / "spool",
-    ).validate()
+    return stack_settings(stack, tmp_path, pacing_tick_s=TICK_S)
 
 
 async def _replay_with_chaos(stack: LocalStack, tmp_path: Path) -> Outcome:

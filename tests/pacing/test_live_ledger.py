@@ -31,12 +31,11 @@ from bidder.replay.report import ReplayResult
 from bidder.replay.stream import read_stream
 from bidder.server import running_bidder
 from bidder.settings import Settings
-from bidder.stack import LocalStack, free_port
+from bidder.stack import LocalStack
 from pacing.curves import day_of
 from pacing.spend_table import SpendTable
+from tests.bidder.live import CAMPAIGNS, stack_settings
 
-REPO = Path(__file__).resolve().parents[2]
-CAMPAIGNS = REPO / "fixtures" / "openrtb" / "campaigns.json"
 DRAIN_BOUND_S = 40.0
 
 
@@ -46,18 +45,7 @@ def live_settings(stack: LocalStack, tmp_path: Path, **changes: Any) -> Settings
     The deadline is generous: these tests assert money, not latency, on a busy 2-core
     machine.
     """
-    return Settings(
-        port=free_port(),
-        admin_port=free_port(),
-        workers=2,
-        campaigns_path=CAMPAIGNS,
-        aws_endpoint=stack.aws_endpoint,
-        valkey_url=stack.valkey_url,
-        deadline_ms=100.0,
-        pacing_tick_s=1.0,
-        lease_refresh_s=0.2,
-        spool_dir=tmp_path / "spool",
-    ).replace(**changes)
+    return stack_settings(stack, tmp_path, **{"workers": 2, "deadline_ms": 100.0, **changes})
 
 
 def read_ledger(aws_endpoint: str, stream: str) -> list[LedgerEntry]:
