@@ -24,6 +24,7 @@ from bidder.tcf import (
     encode_tc_string,
     vendor_view,
 )
+from tests.bidder.tcf_strategies import tc_consents
 
 POLICY = ConsentPolicy()
 US = 999
@@ -217,31 +218,7 @@ def test_policy_rejects_impossible_ids() -> None:
 
 # -- the decoder ---------------------------------------------------------------------------------
 
-_letters = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ", min_size=2, max_size=2)
-_vendors = st.frozensets(st.integers(1, 3000), max_size=30)
-_consents = st.builds(
-    TcfConsent,
-    created_ds=st.integers(0, 2**36 - 1),
-    last_updated_ds=st.integers(0, 2**36 - 1),
-    cmp_id=st.integers(0, 4095),
-    cmp_version=st.integers(0, 4095),
-    consent_screen=st.integers(0, 63),
-    consent_language=_letters,
-    vendor_list_version=st.integers(0, 4095),
-    tcf_policy_version=st.integers(0, 63),
-    is_service_specific=st.booleans(),
-    use_non_standard_texts=st.booleans(),
-    special_feature_optins=st.frozensets(st.integers(1, 12)),
-    purposes_consent=st.frozensets(st.integers(1, 24)),
-    purposes_li=st.frozensets(st.integers(1, 24)),
-    purpose_one_treatment=st.booleans(),
-    publisher_cc=_letters,
-    vendor_consents=_vendors,
-    vendor_li=_vendors,
-    pub_restrictions=st.lists(
-        st.builds(PubRestriction, st.integers(1, 24), st.integers(0, 2), _vendors), max_size=3
-    ).map(tuple),
-)
+_consents = tc_consents(st.frozensets(st.integers(1, 3000), max_size=30), restrictions=True)
 
 
 @settings(max_examples=100, deadline=None, database=None)

@@ -39,6 +39,7 @@ from bidder.replay.stream import read_stream
 from bidder.replay.tcf import TcfConsent, encode_tc_string
 from bidder.schain import SupplyFiles, Verdict, verify
 from bidder.supply_files import DirectorySource, load_files
+from tests.bidder.tcf_strategies import tc_consents
 
 N = 5_000
 DAY_START_DS = int(datetime(2026, 1, 5, tzinfo=UTC).timestamp() * 10)
@@ -397,27 +398,7 @@ def decode_tc_string(text: str) -> tuple[int, TcfConsent]:
     return version, consent
 
 
-_letters = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ", min_size=2, max_size=2)
-_tcf = st.builds(
-    TcfConsent,
-    created_ds=st.integers(0, 2**36 - 1),
-    last_updated_ds=st.integers(0, 2**36 - 1),
-    cmp_id=st.integers(0, 4095),
-    cmp_version=st.integers(0, 4095),
-    consent_screen=st.integers(0, 63),
-    consent_language=_letters,
-    vendor_list_version=st.integers(0, 4095),
-    tcf_policy_version=st.integers(0, 63),
-    is_service_specific=st.booleans(),
-    use_non_standard_texts=st.booleans(),
-    special_feature_optins=st.frozensets(st.integers(1, 12)),
-    purposes_consent=st.frozensets(st.integers(1, 24)),
-    purposes_li=st.frozensets(st.integers(1, 24)),
-    purpose_one_treatment=st.booleans(),
-    publisher_cc=_letters,
-    vendor_consents=st.frozensets(st.integers(1, 2000), max_size=40),
-    vendor_li=st.frozensets(st.integers(1, 2000), max_size=40),
-)
+_tcf = tc_consents(st.frozensets(st.integers(1, 2000), max_size=40))
 
 
 @settings(max_examples=60, deadline=None, database=None)
