@@ -60,7 +60,7 @@ from ids.snowflake import Snowflake
 from ids.worker_lease import WorkerLease
 from models.scorer import ArtifactError, ModelHandle
 from models.serving import Pricer
-from pacing import LeaseReader, NodePacer, run_refresher
+from pacing import LeaseReader, NodePacer, return_leases, run_refresher
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +156,9 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
     async def replay_deferred() -> None:
         await journal.run(biller.replay)
 
+    async def return_pacing_leases() -> None:  # after the flush: see bidder.worker
+        await return_leases(pacer, lease_reader)
+
     state.background += [
         lease.keep,
         producer.run,
@@ -168,6 +171,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
     state.closers += [
         journal.close,
         producer.close,
+        return_pacing_leases,
         lease.release,
         close_profiles,
         valkey.aclose,

@@ -14,10 +14,11 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from bidder.settings import Settings
-from bidder.worker import run_worker
+from bidder.worker import SHUTDOWN_GRACE_S, run_worker
 
 _START_TIMEOUT_S = 60.0
-_STOP_GRACE_S = 10.0
+_STOP_GRACE_S = SHUTDOWN_GRACE_S + 3.0
+"""A worker's own graceful stop, plus interpreter exit; then it is killed."""
 
 
 class WorkerPoolError(Exception):
@@ -52,6 +53,8 @@ class WorkerPool:
             raise WorkerPoolError("; ".join(sorted({p for p in problems if p})))
 
     async def stop(self) -> None:
+        """SIGTERM every worker (each stops gracefully: ``bidder.worker``), wait, kill
+        what is still alive after ``_STOP_GRACE_S``."""
         for proc in self._procs:
             if proc.is_alive() and proc.pid is not None:
                 proc.terminate()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pacing.curves import STANDARD, Curve, CurveError, load_curve_dir, resolve_curve
 from pacing.lease import Lease, chunk_micros
 from pacing.lease_store import LeaseReader, LeaseWriter
-from pacing.node import NodePacer, refresh_once, run_refresher
+from pacing.node import NodePacer, refresh_once, return_leases, run_refresher
 from pacing.pid import Pid, PidGains
 from pacing.reconcile import Budget, PacingConfig, Reconcile
 from pacing.reconciler import (
@@ -43,6 +43,7 @@ __all__ = [
     "load_curve_dir",
     "refresh_once",
     "resolve_curve",
+    "return_leases",
     "run_reconciler",
     "run_refresher",
 ]

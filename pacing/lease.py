@@ -20,6 +20,18 @@ the lease it replaced, leaving the new one whole. Spend beyond the balance is re
 as ``overdrawn``. Late ledger entries only make the balance conservative, except that
 the expiry cap assumes a lease's spend is applied by the tick it expires at.
 
+Returned leases. A node that shuts down gracefully stops spending, then gives back,
+per campaign, the unspent remainder of the lease it holds (``amount - debited``) and the
+whole amount of a newer lease written for it that it never installed
+(``pacing.lua.return_leases``). ``LeaseBook.give_back`` takes a remainder off the exposure
+and off its lease generation's total, once per node and generation, and only while that
+generation is unexpired (after expiry the cap has already dropped it). Sound because a
+remainder is what was granted minus what the node *debited*, and every debit reaches the
+ledger: ``grants - applied - remainder`` still bounds what the other nodes can spend, as
+long as nothing is debited to the departed node afterwards (it stops serving first;
+notices of its bids reach the other nodes, which debit their own leases). Its later
+ledger entries are subtracted when applied, like everyone's; the floor at 0 holds.
+
 Chunk size: ``budget / nodes / chunk_periods_per_day``. The default 288 periods (five
 minutes of a node's average spend) gives the design card's $0.69 for $10,000 and 50
 nodes. A chunk must cover a node's spend in one tick at the busiest hour with room to
@@ -28,7 +40,7 @@ spare, or the lease, not the controller, paces (see docs/pacing.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
@@ -172,11 +184,24 @@ def install(current: dict[str, LeaseAccount], fresh: dict[str, Lease]) -> dict[s
     return accounts
 
 
+@dataclass(frozen=True, slots=True)
+class ReturnedLease:
+    """A departed node's unspent remainder of one lease, as it recorded it."""
+
+    node: str
+    campaign_id: str
+    lease_id: int
+    micros: int
+
+
 @dataclass(slots=True)
 class _Generation:
     lease_id: int
+    per_node: int
     total_micros: int
     expires_ms: int
+    returned_by: set[str] = field(default_factory=set)
+    """Nodes whose remainder of this generation was taken off already."""
 
 
 class LeaseBook:
@@ -211,8 +236,24 @@ class LeaseBook:
 
     def record(self, lease_id: int, per_node: int, nodes: int, expires_ms: int) -> None:
         if per_node > 0 and nodes > 0:
-            self._live.append(_Generation(lease_id, per_node * nodes, expires_ms))
+            self._live.append(_Generation(lease_id, per_node, per_node * nodes, expires_ms))
             self._exposure += per_node * nodes
+
+    def give_back(self, node: str, lease_id: int, micros: int) -> int:
+        """Take ``node``'s unspent remainder of lease ``lease_id`` off the exposure.
+
+        Call after ``observe`` (so expired generations are gone). Returns what was
+        taken off: at most the node's share of that generation, nothing when the
+        generation has expired or this node's remainder of it was taken already.
+        """
+        gen = next((g for g in self._live if g.lease_id == lease_id), None)
+        if gen is None or node in gen.returned_by or micros <= 0:
+            return 0
+        gen.returned_by.add(node)
+        taken = min(micros, gen.per_node, gen.total_micros)
+        gen.total_micros -= taken
+        self._exposure = max(0, self._exposure - taken)
+        return taken
 
     def rebased(self) -> LeaseBook:
         """The same leases for a new spend total (a new pacing day): the next

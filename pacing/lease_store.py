@@ -8,6 +8,14 @@ command touches one slot and the layout works unchanged on Valkey Cluster):
   prunes and reads it (``live_nodes.lua``) to know how many nodes to lease to.
 - ``<prefix>:{node:<id>}:leases``: hash, campaign id -> encoded ``Lease``,
   replaced whole each tick (``write_leases.lua``) and expiring with the leases.
+- ``<prefix>:{node:<id>}:returned``: hash, ``<lease id>:<campaign id>`` -> unspent
+  micros, written by a node that shuts down (``return_leases.lua``, which also deletes
+  its lease hash) and emptied field by field by the reconciler once applied.
+- ``<prefix>:{node:<id>}:gone``: a marker set by the same script; ``write_leases.lua``
+  refuses to lease to a node that has it (a tick that read the live set just before
+  the node left). A node clears its own marker on its first refresh.
+- ``<prefix>:{reconciler}:returns``: list, the reconciler's log of applied returns
+  (newest first, capped): what each departed node gave back and what was taken off.
 
 Scripts are registered once per client (redis-py ``Script``: EVALSHA, and SCRIPT LOAD
 then retry on NOSCRIPT). The reconciler side is synchronous (its own process, its own
@@ -21,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pacing.lease import Lease
+from pacing.lease import Lease, LeaseAccount, ReturnedLease
 
 PREFIX = "bidsim:pacing"
 """The default namespace; another one lets two stacks share one Valkey."""
@@ -36,6 +44,24 @@ def leases_key(node_id: str, prefix: str = PREFIX) -> str:
     return f"{prefix}:{{node:{node_id}}}:leases"
 
 
+def returned_key(node_id: str, prefix: str = PREFIX) -> str:
+    return f"{prefix}:{{node:{node_id}}}:returned"
+
+
+def gone_key(node_id: str, prefix: str = PREFIX) -> str:
+    return f"{prefix}:{{node:{node_id}}}:gone"
+
+
+def returns_log_key(prefix: str = PREFIX) -> str:
+    return f"{prefix}:{{reconciler}}:returns"
+
+
+RETURNS_LOG_LENGTH = 100
+RETURNED_TTL_MS = 60_000
+"""How long returned records and the gone marker live: well past the leases they
+concern (two ticks) and past a tick that read the live set before the node left."""
+
+
 def lua_source(name: str) -> str:
     return (_LUA / f"{name}.lua").read_text()
 
@@ -47,6 +73,22 @@ def decode_leases(raw: Mapping[Any, Any]) -> dict[str, Lease]:
         campaign_id = field.decode() if isinstance(field, bytes) else str(field)
         out[campaign_id] = Lease.decode(value)
     return out
+
+
+def decode_returned(node_id: str, raw: Mapping[Any, Any]) -> list[ReturnedLease]:
+    """A node's returned hash as read; malformed fields are skipped (and reported)."""
+    out = []
+    for field, value in raw.items():
+        text = field.decode() if isinstance(field, bytes) else str(field)
+        lease_id, _, campaign_id = text.partition(":")
+        micros = value.decode() if isinstance(value, bytes) else str(value)
+        if lease_id.isdigit() and campaign_id and micros.isdigit():
+            out.append(ReturnedLease(node_id, campaign_id, int(lease_id), int(micros)))
+    return out
+
+
+def returned_field(item: ReturnedLease) -> str:
+    return f"{item.lease_id}:{item.campaign_id}"
 
 
 class LeaseWriter:
@@ -70,7 +112,37 @@ class LeaseWriter:
             args += [campaign_id, lease.encode()]
         pipe = self._client.pipeline(transaction=False)
         for node in nodes:
-            self._write(keys=[leases_key(node, self._prefix)], args=args, client=pipe)
+            self._write(keys=self._write_keys(node), args=args, client=pipe)
+        pipe.execute()
+
+    def _write_keys(self, node: str) -> list[str]:
+        return [leases_key(node, self._prefix), gone_key(node, self._prefix)]
+
+    def read_returns(self, nodes: Sequence[str]) -> list[ReturnedLease]:
+        """What ``nodes`` gave back when they left (nothing for a node still serving)."""
+        if not nodes:
+            return []
+        pipe = self._client.pipeline(transaction=False)
+        for node in nodes:
+            pipe.hgetall(returned_key(node, self._prefix))
+        found: list[ReturnedLease] = []
+        for node, raw in zip(nodes, pipe.execute(), strict=True):
+            found += decode_returned(node, raw)
+        return found
+
+    def settle_returns(self, applied: Sequence[ReturnedLease], log: Sequence[str]) -> None:
+        """Log what was applied, then delete exactly the fields applied (a record a
+        node wrote after they were read stays for the next tick)."""
+        pipe = self._client.pipeline(transaction=False)
+        if log:
+            key = returns_log_key(self._prefix)
+            pipe.lpush(key, *log)
+            pipe.ltrim(key, 0, RETURNS_LOG_LENGTH - 1)
+        by_node: dict[str, list[str]] = {}
+        for item in applied:
+            by_node.setdefault(item.node, []).append(returned_field(item))
+        for node, fields in by_node.items():
+            pipe.hdel(returned_key(node, self._prefix), *fields)
         pipe.execute()
 
 
@@ -88,16 +160,38 @@ class LeaseReader:
         self._client = client
         self.node_id = node_id
         self._key = leases_key(node_id, prefix)
+        self._returned_key = returned_key(node_id, prefix)
+        self._gone_key = gone_key(node_id, prefix)
         self._live_key = live_nodes_key(prefix)
         self._ttl_ms = heartbeat_ttl_ms
+        self._return = client.register_script(lua_source("return_leases"))
+        self._arrived = False
 
     async def refresh(self, now_ms: int) -> dict[str, Lease]:
         pipe = self._client.pipeline(transaction=False)
+        if not self._arrived:  # a gone marker left by an earlier process with this id
+            pipe.delete(self._gone_key)
         pipe.zadd(self._live_key, {self.node_id: now_ms + self._ttl_ms})
         pipe.hgetall(self._key)
-        _, raw = await pipe.execute()
-        return decode_leases(raw)
+        answers = await pipe.execute()
+        self._arrived = True
+        return decode_leases(answers[-1])
 
     async def leave(self) -> None:
         """Deregister at shutdown, so the reconciler stops leasing to this node at once."""
         await self._client.zrem(self._live_key, self.node_id)
+
+    async def give_back(
+        self, held: Mapping[str, LeaseAccount], ttl_ms: int = RETURNED_TTL_MS
+    ) -> int:
+        """Return every lease: delete the lease hash and record what was not spent.
+
+        ``held``: the node's accounts, once it has stopped spending. Returns the number
+        of records written. Raises ``RedisError`` (or a timeout) when Valkey can't be
+        reached: the leases then simply expire.
+        """
+        args: list[Any] = [max(ttl_ms, 1)]
+        for campaign_id, account in held.items():
+            args += [campaign_id, account.lease.lease_id, account.remaining]
+        keys = [self._key, self._returned_key, self._gone_key]
+        return int(await self._return(keys=keys, args=args))

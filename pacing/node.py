@@ -22,12 +22,20 @@ per node. What a failed refresh does stop:
 - after a successful refresh, those are ``NO_LEASE`` again.
 
 Losing the draw is ``PACED``.
+
+Shutdown (``return_leases``): once the worker has stopped serving and flushed its
+ledger, the node hands its accounts over (``surrender``: nothing is admitted or debited
+afterwards), deregisters from the live set and, right after, gives the leases back in
+one script, so the reconciler can grant the unspent remainders to the nodes that stay.
+Deregistering only then (not when the refresher stops) keeps the reconciler writing the
+node fresh leases until the return: the newest lease is still unexpired when the next
+tick applies the return, and a lease written after the refresher stopped comes back
+whole.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Callable
@@ -75,6 +83,11 @@ class NodePacer:
         """A refresh failed: keep spending from unexpired leases only (module docstring)."""
         self.available = False
 
+    def surrender(self) -> dict[str, LeaseAccount]:
+        """Stop spending: every campaign is ``NO_LEASE`` from now on; the accounts held."""
+        accounts, self._accounts = self._accounts, {}
+        return accounts
+
     def remaining(self, campaign_id: str) -> int | None:
         account = self._accounts.get(campaign_id)
         return None if account is None else account.remaining
@@ -100,16 +113,26 @@ async def run_refresher(
     interval_s: float = 1.0,
     timeout_s: float = 0.5,
 ) -> None:
-    """Refresh every ``interval_s`` until cancelled; deregisters the node on the way out."""
-    try:
-        while True:
-            try:
-                async with asyncio.timeout(timeout_s):
-                    await refresh_once(pacer, reader, clock)
-            except TimeoutError:
-                pacer.unavailable()
-            await asyncio.sleep(interval_s)
-    finally:
-        with contextlib.suppress(RedisError, OSError, asyncio.TimeoutError):
+    """Refresh every ``interval_s`` until cancelled (``return_leases`` deregisters)."""
+    while True:
+        try:
             async with asyncio.timeout(timeout_s):
-                await reader.leave()
+                await refresh_once(pacer, reader, clock)
+        except TimeoutError:
+            pacer.unavailable()
+        await asyncio.sleep(interval_s)
+
+
+async def return_leases(pacer: NodePacer, reader: LeaseReader, timeout_s: float = 1.0) -> bool:
+    """Leave the live set and give every lease back (shutdown, once the refresher has
+    stopped); False if Valkey could not be told: the leases then simply expire."""
+    held = pacer.surrender()
+    try:
+        async with asyncio.timeout(timeout_s):
+            await reader.leave()
+            records = await reader.give_back(held)
+    except (TimeoutError, RedisError, OSError) as exc:
+        log.warning("pacing: leases not returned (they expire on their own): %s", exc)
+        return False
+    log.info("pacing: node %s returned its leases (%d records)", reader.node_id, records)
+    return True

@@ -7,12 +7,14 @@ Each tick, for each campaign of the UTC day:
 2. control: the PID turns that into a pacing rate (bid probability);
 3. protect: the breaker sees the interval's spend vs its target; once open, the
    campaign gets rate 0 and empty leases for the rest of the day;
-4. lease: every live node gets the same fresh lease, sized so that
+4. take back: the unspent remainders of nodes that left are taken off the exposure
+   (``LeaseBook.give_back``), so this tick can grant them to the nodes that stay;
+5. lease: every live node gets the same fresh lease, sized so that
    ``spent + exposure <= budget``. Exposure is an honest upper bound on what nodes can
    still spend: what was granted minus the spend applied since, capped at the unexpired
    leases' amounts (``pacing.lease.LeaseBook``), so spend drawn from a lease is not
    counted twice (once in ``spent``, once as the lease's full amount);
-5. check: the invariants, reported rather than raised (the caller logs and counts):
+6. check: the invariants, reported rather than raised (the caller logs and counts):
    ``spent + exposure <= budget``, and no spend beyond what was leased (overdrawn).
 
 ``SpendBook`` applies ledger entries exactly once by ledger id; the live reconciler
@@ -35,6 +37,7 @@ from pacing.lease import (
     RATE_SCALE,
     Lease,
     LeaseBook,
+    ReturnedLease,
     chunk_micros,
     expiry_ms,
     grant_per_node,
@@ -111,6 +114,12 @@ class Plan:
     paused: bool
     tripped: bool
     """The breaker opened on this tick."""
+    returned: tuple[tuple[ReturnedLease, int], ...] = ()
+    """Departed nodes' records considered on this tick, each with what it took off."""
+
+    @property
+    def returned_micros(self) -> int:
+        return sum(taken for _, taken in self.returned)
 
     @property
     def rate(self) -> float:
@@ -135,7 +144,14 @@ class CampaignPacer:
         self._last_s: float | None = None
         self._last_spent = 0
 
-    def step(self, now_ms: int, spent: int, nodes: int, lease_id: int) -> Plan:
+    def step(
+        self,
+        now_ms: int,
+        spent: int,
+        nodes: int,
+        lease_id: int,
+        returns: Sequence[ReturnedLease] = (),
+    ) -> Plan:
         b, cfg = self.budget, self.config
         now_s = second_of_day(now_ms)
         target = b.curve.target_micros(b.daily_budget_micros, now_s)
@@ -145,7 +161,9 @@ class CampaignPacer:
         chunk = cfg.chunk_micros or chunk_micros(
             b.daily_budget_micros, max(nodes, 1), cfg.chunk_periods_per_day
         )
-        outstanding = self.book.observe(now_ms, spent)
+        self.book.observe(now_ms, spent)
+        returned = tuple((r, self.book.give_back(r.node, r.lease_id, r.micros)) for r in returns)
+        outstanding = self.book.exposure
         per_node = 0 if paused else grant_per_node(
             b.daily_budget_micros, spent, outstanding, nodes, chunk
         )  # fmt: skip
@@ -155,7 +173,7 @@ class CampaignPacer:
         lease = Lease(lease_id, per_node, expires, rate_ppm)
         return Plan(
             b.campaign_id, lease, target, spent, self.book.exposure, self.book.overdrawn,
-            paused, tripped,
+            paused, tripped, returned,
         )  # fmt: skip
 
     def _observe(self, now_s: float, spent: int, target: int) -> bool:
@@ -181,6 +199,9 @@ class TickResult:
     violations: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """Campaigns with no budget state this tick (no spend figure): no lease."""
+    returns_seen: list[ReturnedLease] = field(default_factory=list)
+    """The returned records this tick considered (applied, or moot: expired, unknown
+    campaign, already applied); none of them needs to be read again."""
 
 
 class Reconcile:
@@ -197,21 +218,36 @@ class Reconcile:
         budgets: Sequence[Budget],
         spent: Mapping[str, int],
         nodes: int,
+        returns: Sequence[ReturnedLease] = (),
     ) -> TickResult:
-        """Plans for every campaign with a known spend; unknown spend means no lease."""
+        """Plans for every campaign with a known spend; unknown spend means no lease.
+
+        ``returns``: what departed nodes gave back. Each record is applied at most once
+        however often it is passed; ``returns_seen`` lists the ones that need not be
+        passed again (those of a campaign skipped this tick are not in it).
+        """
         self._lease_id = max(self._lease_id + 1, now_ms)
         day, result = day_of(now_ms), TickResult()
+        by_campaign: dict[str, list[ReturnedLease]] = defaultdict(list)
+        for item in returns:
+            by_campaign[item.campaign_id].append(item)
         for budget in budgets:
             if budget.campaign_id not in spent:
                 result.skipped.append(budget.campaign_id)
                 continue
+            mine = by_campaign.get(budget.campaign_id, [])
             plan = self._pacer(budget, day).step(
-                now_ms, spent[budget.campaign_id], nodes, self._lease_id
+                now_ms, spent[budget.campaign_id], nodes, self._lease_id, mine
             )
+            result.returns_seen += mine
             result.plans.append(plan)
             if plan.tripped:
                 result.tripped.append(plan.campaign_id)
             result.violations += violations(plan, budget.daily_budget_micros)
+        known = {budget.campaign_id for budget in budgets}
+        for campaign_id, items in by_campaign.items():
+            if campaign_id not in known:  # no such campaign any more: nothing to take off
+                result.returns_seen += items
         return result
 
     def _pacer(self, budget: Budget, day: int) -> CampaignPacer:

@@ -5,8 +5,17 @@ One tick (``Reconciler.tick``, every ``tick_s``, default 5 s):
 1. read every shard of the spend stream from its checkpoint, shards in parallel
    threads (``KinesisReader``); undecodable records are logged, counted and skipped;
 2. apply the entries to the DynamoDB totals exactly once (``SpendTable.apply``);
-3. read the day's totals and the live nodes, run the pure tick (``pacing.reconcile``);
-4. write each live node's leases to Valkey; only then save the shard checkpoints.
+3. read the day's totals, the live nodes and what departed nodes returned, run the
+   pure tick (``pacing.reconcile``);
+4. write each live node's leases to Valkey; only then save the shard checkpoints;
+5. log the applied returns and delete exactly the returned records this tick applied.
+
+Returned records are looked for under every node leased to within the leases' lifetime
+(a departed node is no longer in the live set). Applying one is idempotent in memory
+(``LeaseBook.give_back`` remembers node and lease), so a tick that fails after applying
+or a crash before the delete cannot take a remainder off twice; a restarted reconciler
+has a fresh book that knows none of the old leases: it does not look for old records
+(it has leased to no one yet), and they expire with their TTL.
 
 A tick that fails anywhere writes no leases: the nodes' leases expire two ticks later
 and spending stops (fail-closed); the next tick re-reads from the checkpoints and the
@@ -23,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from botocore.exceptions import BotoCoreError, ClientError
 from prometheus_client import Counter
 from redis.exceptions import RedisError
@@ -34,8 +44,8 @@ from bidder.clock import Clock, SystemClock
 from bidder.ledger import LedgerEntry, LedgerFormatError, decode_entry
 from bidder.valkey import connect_sync
 from pacing.curves import BUILTIN, Curve, CurveError, day_of
-from pacing.lease import Lease, expiry_ms
-from pacing.lease_store import LeaseWriter, leases_key
+from pacing.lease import Lease, ReturnedLease, expiry_ms
+from pacing.lease_store import LeaseWriter
 from pacing.reconcile import Budget, PacingConfig, Reconcile, TickResult, budget_of
 from pacing.spend_table import SpendStoreError, SpendTable
 
@@ -52,6 +62,10 @@ INVARIANT_VIOLATIONS = Counter(
 )
 BAD_RECORDS = Counter(
     "bidsim_pacing_bad_records", "Spend stream records that are not ledger entries."
+)
+RETURNED = Counter(
+    "bidsim_pacing_returned_micros",
+    "Unspent lease remainders of departed nodes taken off the exposure.",
 )
 
 
@@ -141,6 +155,8 @@ class Reconciler:
         self._clock = clock
         self.core = Reconcile(config)
         self._curves = {**BUILTIN, **(curves or {})}
+        self._leased_to: dict[str, int] = {}
+        """Node -> when its last lease expires: where returned records may appear."""
 
     def tick(self) -> TickReport:
         """One tick; raises SpendStoreError, RedisError or a boto3 error on failure."""
@@ -161,12 +177,37 @@ class Reconciler:
         budgets = self._budgets()
         spent = self._table.campaign_totals(day_of(now_ms), [b.campaign_id for b in budgets])
         nodes = self._leases.live_nodes(now_ms)
-        result = self.core.tick(now_ms, budgets, spent, len(nodes))
+        returns = self._read_returns(now_ms, nodes)
+        result = self.core.tick(now_ms, budgets, spent, len(nodes), returns)
         leases: dict[str, Lease] = {p.campaign_id: p.lease for p in result.plans}
-        self._leases.write(nodes, leases, expiry_ms(now_ms, self.core.config.tick_ms) - now_ms)
+        expires = expiry_ms(now_ms, self.core.config.tick_ms)
+        self._leases.write(nodes, leases, expires - now_ms)
+        self._leased_to.update(dict.fromkeys(nodes, expires))
         self._reader.commit()
+        self._settle_returns(now_ms, result)
         self._report(result)
         return TickReport(result, applied, nodes, bad)
+
+    def _read_returns(self, now_ms: int, live: Sequence[str]) -> list[ReturnedLease]:
+        self._leased_to = {n: until for n, until in self._leased_to.items() if until > now_ms}
+        return self._leases.read_returns(sorted(set(self._leased_to) | set(live)))
+
+    def _settle_returns(self, now_ms: int, result: TickResult) -> None:
+        """Log what was taken off (one entry per tick) and delete the records seen."""
+        if not result.returns_seen:
+            return
+        records = [
+            {"node": r.node, "campaign": r.campaign_id, "lease_id": r.lease_id,
+             "micros": r.micros, "taken": taken, "exposure": plan.exposure_micros}
+            for plan in result.plans
+            for r, taken in plan.returned
+        ]  # fmt: skip
+        departed = sorted({item.node for item in result.returns_seen})
+        entry = {"now_ms": now_ms, "nodes": departed, "records": records}
+        taken = sum(p.returned_micros for p in result.plans)
+        RETURNED.inc(taken)
+        log.info("pacing: nodes %s returned leases; %d micros taken off", departed, taken)
+        self._leases.settle_returns(result.returns_seen, [orjson.dumps(entry).decode()])
 
     def _budgets(self) -> list[Budget]:
         budgets = []
@@ -218,13 +259,33 @@ def run_reconciler(
     while not stop.is_set():
         try:
             reconciler.tick()
+            failed = False
         except _TICK_ERRORS as exc:
-            log.error("pacing: reconciler tick failed, no new leases this tick: %s", exc)
-        next_at += tick_s
-        late = clock.monotonic() - next_at
-        if late > 0:  # skip the ticks we are behind on instead of bursting
-            next_at += (late // tick_s + 1) * tick_s
+            log.error("pacing: reconciler tick failed, retrying soon: %s", exc)
+            failed = True
+        next_at = next_tick_at(next_at, clock.monotonic(), tick_s, failed)
         stop.wait(max(next_at - clock.monotonic(), 0.0))
+
+
+RETRY_FRACTION = 0.25
+"""A failed tick is retried after this share of a tick, not a whole one."""
+
+
+def next_tick_at(scheduled: float, now: float, tick_s: float, failed: bool) -> float:
+    """When to tick next, after the tick due at ``scheduled`` ran (until ``now``).
+
+    On schedule, ticks keep their cadence and skip the ones we are behind on instead of
+    bursting. A failed tick is retried a quarter tick later: leases live two ticks, so
+    waiting a whole tick after a failure (a Valkey failover, a moto blip) lets every
+    node's leases lapse just as the next tick writes new ones.
+    """
+    if failed:
+        return now + RETRY_FRACTION * tick_s
+    following = scheduled + tick_s
+    late = now - following
+    if late > 0:
+        following += (late // tick_s + 1) * tick_s
+    return following
 
 
 class ClusterLeaseWriter(LeaseWriter):
@@ -239,7 +300,7 @@ class ClusterLeaseWriter(LeaseWriter):
         for campaign_id, lease in leases.items():
             args += [campaign_id, lease.encode()]
         for node in nodes:
-            self._write(keys=[leases_key(node, self._prefix)], args=args)
+            self._write(keys=self._write_keys(node), args=args)
 
 
 def build_reconciler(

@@ -12,7 +12,7 @@ from redis.crc import key_slot
 
 from bidder.cluster import LocalValkeyCluster
 from bidder.valkey import connect_async, connect_sync, warm_up
-from pacing.lease import Lease
+from pacing.lease import Lease, LeaseAccount
 from pacing.lease_store import LeaseReader, leases_key
 from pacing.reconciler import ClusterLeaseWriter
 
@@ -27,10 +27,15 @@ def cluster() -> Iterator[LocalValkeyCluster]:
         yield local_cluster
 
 
+KEYS_OF = {"live_nodes.lua": 1, "write_leases.lua": 2, "return_leases.lua": 3}
+"""Scripts with several keys are given one node's keys (one hash tag: see
+tests/pacing/test_returns.py), and run on the cluster below."""
+
+
 @pytest.mark.parametrize("script", sorted(p.name for p in LUA.glob("*.lua")))
-def test_each_pacing_script_touches_one_key(script: str) -> None:
+def test_each_pacing_script_uses_the_keys_it_is_given(script: str) -> None:
     used = set(re.findall(r"KEYS\[(\d+)\]", (LUA / script).read_text()))
-    assert used == {"1"}
+    assert used == {str(n) for n in range(1, KEYS_OF[script] + 1)}
 
 
 def test_the_nodes_leases_spread_over_several_slots() -> None:
@@ -68,3 +73,24 @@ async def test_a_node_heartbeats_and_reads_its_leases_on_a_cluster(
         writer_client.close()
         await node_client.aclose()
     assert (live, leases) == (["host:900"], {"c1": LEASE})
+
+
+@pytest.mark.asyncio
+async def test_a_node_returns_its_leases_on_a_cluster_and_is_leased_no_more(
+    cluster: LocalValkeyCluster,
+) -> None:
+    writer_client = connect_sync(cluster.url, cluster=True, timeout_s=2.0)
+    node_client = connect_async(cluster.url, cluster=True, timeout_s=2.0)
+    try:
+        await warm_up(node_client, 5.0)
+        writer = ClusterLeaseWriter(writer_client)
+        writer.write(["host:901"], {"c1": LEASE}, ttl_ms=60_000)
+        await LeaseReader(node_client, "host:901").give_back({"c1": LeaseAccount(LEASE, 1_000)})
+        writer.write(["host:901"], {"c1": LEASE}, ttl_ms=60_000)
+        returned = writer.read_returns(["host:901"])
+        left = writer_client.exists(leases_key("host:901"))
+        writer.settle_returns(returned, ["{}"])
+    finally:
+        writer_client.close()
+        await node_client.aclose()
+    assert [(r.lease_id, r.micros) for r in returned] == [(7, 4_000)] and left == 0

@@ -156,3 +156,88 @@ def test_breaker_forgets_a_burst_that_ends() -> None:
         breaker.observe(5.0 * k, 5.0, spend=400, target=100)
     breaker.observe(60.0, 5.0, spend=100, target=100)
     assert not any(breaker.observe(60.0 + 5 * k, 5.0, 400, 100) for k in range(1, 12))
+
+
+def _book_with_one_lease(per_node: int = 100, nodes: int = 2) -> LeaseBook:
+    book = LeaseBook()
+    book.observe(0, spent=0)
+    book.record(1, per_node, nodes, expires_ms=10_000)
+    book.observe(5_000, spent=0)
+    return book
+
+
+def test_a_returned_remainder_is_taken_off_the_exposure() -> None:
+    book = _book_with_one_lease()
+    assert book.give_back("n1", 1, 70) == 70
+    assert book.exposure == 130
+
+
+def test_a_remainder_is_taken_off_once_per_node_and_lease() -> None:
+    book = _book_with_one_lease()
+    book.give_back("n1", 1, 70)
+    assert book.give_back("n1", 1, 70) == 0
+    assert book.exposure == 130
+
+
+def test_a_remainder_of_an_expired_lease_is_not_taken_off_again() -> None:
+    book = _book_with_one_lease()
+    book.record(2, 100, 2, expires_ms=15_000)
+    book.observe(10_000, spent=0)  # lease 1 expired: the cap already dropped it
+    assert book.give_back("n1", 1, 70) == 0
+    assert book.exposure == 200
+
+
+def test_a_return_never_takes_more_than_the_nodes_share() -> None:
+    book = _book_with_one_lease()
+    assert book.give_back("n1", 1, 10_000) == 100
+    assert book.exposure == 100
+
+
+def test_a_returned_remainder_leaves_its_lease_generation_too() -> None:
+    book = _book_with_one_lease()
+    book.give_back("n1", 1, 100)
+    book.give_back("n2", 1, 100)
+    assert book.observe(6_000, spent=0) == 0  # the cap: nothing of lease 1 is left
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 150), min_size=3, max_size=3),
+            st.sampled_from([None, 0, 1, 2]),
+        ),
+        max_size=25,
+    ),
+    st.integers(1, 120),
+)
+def test_with_returns_exposure_still_bounds_what_the_nodes_can_spend(
+    steps: list[tuple[list[int], int | None]], per_node: int
+) -> None:
+    """A model fleet: every tick each node installs a fresh lease and spends from it;
+    now and then one leaves and returns its remainder (amount - debited), applied at
+    the next tick after that tick's spend. Exposure must stay >= what the nodes still
+    holding leases can spend, and >= 0."""
+    book, spent, now = LeaseBook(), 0, 0
+    nodes = ["n0", "n1", "n2"]
+    held: dict[str, list[int]] = {}  # node -> [lease id, amount, debited, expires]
+    returns: list[tuple[str, int, int]] = []
+    for wants, leaving in steps:
+        now += 5_000
+        book.observe(now, spent)
+        for node, lease_id, unspent in returns:
+            before = book.exposure
+            taken = book.give_back(node, lease_id, unspent)
+            assert book.exposure == max(0, before - taken)
+        returns = []
+        can_spend = sum(a - d for _, a, d, expires in held.values() if expires > now)
+        assert book.exposure >= can_spend >= 0
+        book.record(now, per_node, len(nodes), now + 10_000)
+        held = {node: [now, per_node, 0, now + 10_000] for node in nodes}
+        for node, want in zip(nodes, wants, strict=False):
+            debit = min(want, held[node][1] - held[node][2])
+            held[node][2] += debit
+            spent += debit
+        if leaving is not None and leaving < len(nodes):
+            node = nodes.pop(leaving)
+            lease_id, amount, debited, _ = held.pop(node)
+            returns.append((node, lease_id, amount - debited))

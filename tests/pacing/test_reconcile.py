@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from bidder.ledger import LedgerEntry
 from pacing.curves import DAY_MS, STANDARD
+from pacing.lease import ReturnedLease
 from pacing.reconcile import (
     Budget,
     PacingConfig,
@@ -193,3 +194,25 @@ def test_advertiser_mismatch_is_reported() -> None:
     ok = advertiser_mismatches({"c1": 5, "c2": 7}, {"c1": "a", "c2": "a"}, {"a": 12})
     bad = advertiser_mismatches({"c1": 5}, {"c1": "a"}, {"a": 6})
     assert ok == [] and bad and "advertiser a" in bad[0]
+
+
+def test_a_departed_nodes_remainder_is_granted_to_the_nodes_that_stay() -> None:
+    core, budget = Reconcile(PacingConfig(chunk_micros=400)), _budget(1_000)
+    first = core.tick(NOON, [budget], {"c1": 0}, nodes=2).plans[0]  # 2 x 400
+    back = ReturnedLease("n2", "c1", first.lease.lease_id, 400)
+    plan = core.tick(NOON + TICK_MS, [budget], {"c1": 0}, nodes=1, returns=[back]).plans[0]
+    # without the return only 1,000 - 800 = 200 would be left to grant
+    assert (plan.returned_micros, plan.lease.amount_micros) == (400, 400)
+    assert plan.spent_micros + plan.exposure_micros <= 1_000
+
+
+def test_returned_records_of_a_skipped_campaign_are_kept_for_a_later_tick() -> None:
+    back = ReturnedLease("n2", "c1", 1, 400)
+    result = Reconcile().tick(NOON, [_budget()], {}, nodes=1, returns=[back])
+    assert result.skipped == ["c1"] and result.returns_seen == []
+
+
+def test_returned_records_of_an_unknown_campaign_are_dropped() -> None:
+    back = ReturnedLease("n2", "gone", 1, 400)
+    result = Reconcile().tick(NOON, [_budget()], {"c1": 0}, nodes=1, returns=[back])
+    assert result.returns_seen == [back]

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+import orjson
 import pytest
 import redis
 
@@ -18,8 +19,17 @@ from bidder.clock import ManualClock
 from bidder.ledger import LedgerEntry, cost_of
 from bidder.nobid import NoBid
 from pacing.curves import day_of
-from pacing.lease import Lease, chunk_micros
-from pacing.lease_store import LeaseWriter, decode_leases, leases_key, live_nodes_key
+from pacing.lease import Lease, LeaseAccount, chunk_micros
+from pacing.lease_store import (
+    LeaseWriter,
+    decode_leases,
+    gone_key,
+    leases_key,
+    live_nodes_key,
+    lua_source,
+    returned_key,
+    returns_log_key,
+)
 from pacing.node import NodePacer
 from pacing.reconcile import PacingConfig
 from pacing.reconciler import KinesisReader, Reconciler
@@ -189,3 +199,61 @@ def test_config_problems_are_named() -> None:
     assert PacingConfig(tick_s=0.0).problems()
     assert replace(PacingConfig(), breaker_ratio=0.5).problems()
     assert PacingConfig().problems() == []
+
+
+def _leave_and_return(world: dict[str, Any], valkey: redis.Redis, spent_on_c1: int) -> None:
+    """Node n1 reads its leases, bills ``spent_on_c1`` on c1, then leaves and returns."""
+    raw = valkey.hgetall(leases_key("n1", world["prefix"]))
+    accounts = {c: LeaseAccount(lease) for c, lease in decode_leases(raw).items()}
+    accounts["c1"].debit(spent_on_c1)
+    valkey.zrem(live_nodes_key(world["prefix"]), "n1")
+    args: list[Any] = [60_000]
+    for campaign_id, account in accounts.items():
+        args += [campaign_id, account.lease.lease_id, account.remaining]
+    script = valkey.register_script(lua_source("return_leases"))
+    keys = [leases_key("n1", world["prefix"]), returned_key("n1", world["prefix"]),
+            gone_key("n1", world["prefix"])]  # fmt: skip
+    script(keys=keys, args=args)
+
+
+def test_a_departed_nodes_remainders_are_taken_off_on_the_next_tick(
+    world: dict[str, Any], valkey: redis.Redis
+) -> None:
+    reconciler = world["make"]()
+    reconciler.tick()
+    _leave_and_return(world, valkey, spent_on_c1=100)
+    world["clock"].advance(5.0)
+    report = reconciler.tick()
+    taken = {p.campaign_id: p.returned_micros for p in report.result.plans}
+    chunk = chunk_micros(BUDGET, 2)
+    assert taken == {"c1": chunk - 100, "c2": chunk, "c3": chunk}
+    assert report.nodes == ["n2"]
+
+
+def test_applied_returns_are_deleted_and_logged(world: dict[str, Any], valkey: redis.Redis) -> None:
+    reconciler = world["make"]()
+    reconciler.tick()
+    _leave_and_return(world, valkey, spent_on_c1=100)
+    world["clock"].advance(5.0)
+    reconciler.tick()
+    assert not valkey.exists(returned_key("n1", world["prefix"]))
+    logged = orjson.loads(valkey.lindex(returns_log_key(world["prefix"]), 0) or b"null")
+    assert logged["nodes"] == ["n1"]
+    c1 = next(r for r in logged["records"] if r["campaign"] == "c1")
+    assert c1["taken"] == c1["micros"] == chunk_micros(BUDGET, 2) - 100
+
+
+def test_a_returned_record_read_again_is_not_taken_off_twice(
+    world: dict[str, Any], valkey: redis.Redis
+) -> None:
+    reconciler = world["make"]()
+    reconciler.tick()
+    _leave_and_return(world, valkey, spent_on_c1=0)
+    record: dict[Any, Any] = valkey.hgetall(returned_key("n1", world["prefix"]))
+    world["clock"].advance(5.0)
+    reconciler.tick()
+    valkey.hset(returned_key("n1", world["prefix"]), mapping=record)  # as if the delete failed
+    world["clock"].advance(1.0)  # within the returned leases' lifetime
+    report = reconciler.tick()
+    assert [p.returned_micros for p in report.result.plans] == [0, 0, 0]
+    assert not valkey.exists(returned_key("n1", world["prefix"]))
