@@ -235,7 +235,9 @@ def _profile_cache(settings: Settings, endpoint: str, clock: Clock) -> ProfileCa
 
 async def _capper(settings: Settings, url: str) -> FrequencyCapper:
     store = FcapStore(
-        fcap_connect(url, cluster=settings.valkey_cluster),
+        fcap_connect(
+            url, cluster=settings.valkey_cluster, replica_reads=settings.fcap_replica_reads
+        ),
         check_timeout_s=settings.fcap_check_timeout_ms / 1000,
     )
     try:

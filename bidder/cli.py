@@ -102,6 +102,7 @@ def _local_stack(args: argparse.Namespace, settings: Settings) -> LocalStack:
         valkey_url=settings.valkey_url,
         aws_endpoint=settings.aws_endpoint,
         cluster=args.local_cluster,
+        cluster_replicas=args.local_cluster_replicas,
     )
 
 

@@ -28,6 +28,10 @@ def add_stack_options(p: argparse.ArgumentParser) -> None:
         "--local-cluster", type=int, default=0, metavar="N",
         help="start a local Valkey Cluster of N masters (3 or more) instead of one server",
     )  # fmt: skip
+    p.add_argument(
+        "--local-cluster-replicas", type=int, default=0, metavar="N",
+        help="replicas per master of the local cluster (needs --local-cluster)",
+    )  # fmt: skip
 
 
 def add_bidder_options(p: argparse.ArgumentParser) -> None:
@@ -69,6 +73,9 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pacing-curves", type=Path, metavar="DIR")
     g.add_argument("--no-reconciler", action="store_true", help="a reconciler runs elsewhere")
     g.add_argument("--fcap-check-timeout-ms", type=float, default=_D.fcap_check_timeout_ms)
+    g.add_argument(
+        "--fcap-replica-reads", action="store_true", help="cap checks read cluster replicas"
+    )
     g.add_argument("--model-dir", type=Path, default=_D.model_dir, metavar="DIR")
     g.add_argument("--no-bid-shading", action="store_true", help="bid the value in 1st price")
     g = p.add_argument_group("notices and ledger")
@@ -98,7 +105,7 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         campaign_refresh_s=args.campaign_refresh_s,
         bid_on_test=args.bid_on_test,
         valkey_url=args.valkey,
-        valkey_cluster=args.valkey_cluster,
+        valkey_cluster=args.valkey_cluster or args.local_cluster > 0,
         aws_endpoint=args.aws_endpoint,
         rate_limits=_rate_limits(args),
         tcf_vendor_id=args.tcf_vendor_id,
@@ -112,6 +119,7 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         pacing_curves=args.pacing_curves,
         reconciler=not args.no_reconciler,
         fcap_check_timeout_ms=args.fcap_check_timeout_ms,
+        fcap_replica_reads=args.fcap_replica_reads,
         model_dir=args.model_dir,
         bid_shading=not args.no_bid_shading,
         notice_keys=tuple(_key(spec) for spec in args.notice_key),

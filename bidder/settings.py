@@ -121,6 +121,9 @@ class Settings:
     fcap_check_timeout_ms: float = 4.0
     """Bound on the cap check inside the request deadline (then the cap policy decides)."""
     fcap_cache_entries: int = 100_000
+    fcap_replica_reads: bool = False
+    """Read-only cap checks read a replica of the user's slot (Valkey Cluster); they may
+    miss counts younger than the replication lag (docs/fcap.md, replica reads)."""
     # Stage 8: scoring.
     model_dir: Path = DEFAULT_MODEL_DIR
     bid_shading: bool = True
@@ -196,6 +199,10 @@ class Settings:
                 "--fcap-check-timeout-ms must be above 0 and below --deadline-ms",
             ),
             (self.fcap_cache_entries >= 1, "--fcap-cache-entries must be at least 1"),
+            (
+                self.valkey_cluster or not self.fcap_replica_reads,
+                "--fcap-replica-reads needs a Valkey Cluster (--valkey-cluster or --local-cluster)",
+            ),
             (self.model_dir.is_dir(), f"--model-dir: no such directory: {self.model_dir}"),
             (self.model_reload_s >= 1, "--model-reload-s must be at least 1"),
         ]

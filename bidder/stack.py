@@ -19,8 +19,9 @@ Children must not outlive the bidder, however it ends:
 - an interpreter exit that skipped ``__exit__``: an ``atexit`` hook stops what is left.
 
 ``LocalStack(cluster=3)`` starts a local Valkey Cluster of that many masters instead
-of one server (``bidder.cluster``); ``valkey_cluster`` then says the URL is a cluster
-node, for ``Settings.valkey_cluster``.
+of one server (``bidder.cluster``), ``cluster_replicas=1`` gives each a replica;
+``valkey_cluster`` then says the URL is a cluster node, for ``Settings.valkey_cluster``,
+and ``cluster`` is the ``LocalValkeyCluster`` (its nodes, for fault injection).
 """
 
 from __future__ import annotations
@@ -306,9 +307,11 @@ class LocalStack:
         aws_endpoint: str | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
         cluster: int = 0,
+        cluster_replicas: int = 0,
     ) -> None:
         """``cluster``: start a Valkey Cluster of this many masters (0: one server;
-        else at least 3); StackError if a ``valkey_url`` is given too."""
+        else at least 3), each with ``cluster_replicas`` replicas; StackError if a
+        ``valkey_url`` is given too, or replicas without a cluster."""
         if cluster and valkey_url:
             raise StackError("a local cluster can't be combined with a given Valkey URL")
         if cluster and cluster < MIN_CLUSTER_MASTERS:
@@ -316,7 +319,12 @@ class LocalStack:
                 f"a local Valkey Cluster needs at least {MIN_CLUSTER_MASTERS} masters, "
                 f"not {cluster}"
             )
+        if cluster_replicas and not cluster:
+            raise StackError("cluster replicas need a local cluster (--local-cluster N)")
+        if cluster_replicas < 0:
+            raise StackError(f"cluster replicas must be 0 or more, not {cluster_replicas}")
         self._cluster_masters = cluster
+        self._cluster_replicas = cluster_replicas
         self._cluster: LocalValkeyCluster | None = None
         self._given_valkey = normalize_valkey_url(valkey_url) if valkey_url else None
         self._given_aws = aws_endpoint.rstrip("/") if aws_endpoint else None
@@ -340,10 +348,19 @@ class LocalStack:
         return self._cluster_masters > 0
 
     @property
+    def cluster(self) -> LocalValkeyCluster:
+        """The local Valkey Cluster this stack started (StackError if none)."""
+        if self._cluster is None:
+            raise StackError("this stack started no local Valkey Cluster")
+        return self._cluster
+
+    @property
     def pids(self) -> dict[str, int]:
         pids = {name: child.proc.pid for name, child in self._children.items()}
         if self._cluster is not None:
-            pids |= {f"valkey-{node.port}": node.pid for node in self._cluster.nodes}
+            pids |= {
+                f"valkey-{node.port}": node.pid for node in self._cluster.nodes if node.running
+            }
         return pids
 
     def start(self) -> None:
@@ -389,7 +406,9 @@ class LocalStack:
         if self._cluster_masters:
             from bidder.cluster import LocalValkeyCluster  # it builds on this module
 
-            cluster = LocalValkeyCluster(self._cluster_masters, self._timeout_s)
+            cluster = LocalValkeyCluster(
+                self._cluster_masters, self._timeout_s, replicas=self._cluster_replicas
+            )
             self._cluster = cluster
             cluster.start()
             return cluster.url

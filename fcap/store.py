@@ -78,10 +78,20 @@ class CheckResult:
     reservations: dict[Subject, Reservation] = field(default_factory=dict)
 
 
-def connect(url: str, *, cluster: bool = False, socket_timeout_s: float = 0.25) -> Any:
+def connect(
+    url: str, *, cluster: bool = False, socket_timeout_s: float = 0.25, replica_reads: bool = False
+) -> Any:
     """A client for fcap (``bidder.valkey``: no retries or backoff; the socket timeout
-    is a backstop only, each call has its own deadline)."""
-    return connect_async(url, cluster=cluster, timeout_s=socket_timeout_s)
+    is a backstop only, each call has its own deadline).
+
+    ``replica_reads`` (Cluster only, else ValueError): the read-only check's HMGET goes
+    to a replica of the user's slot when it has one; count, release and reserve-at-bid
+    checks are scripts and stay on the master. The replica lags the master (see
+    docs/fcap.md, replica reads).
+    """
+    return connect_async(
+        url, cluster=cluster, timeout_s=socket_timeout_s, replica_reads=replica_reads
+    )
 
 
 class FcapStore:

@@ -13,7 +13,8 @@ On a failure or cancellation (a timeout) mid-command, redis-py's connection drop
 itself (``send_packed_command`` / ``read_response`` disconnect on any exception but
 an error reply), so a connection never goes back to the pool with an answer
 pending. Cluster clients and single-connection clients go the usual way
-(``execute_command``): a Cluster routes the key to its node itself.
+(``execute_command``): a Cluster routes the key to its node itself (to a replica of
+the slot when the client was built with replica reads: ``fcap.connect``).
 """
 
 from __future__ import annotations

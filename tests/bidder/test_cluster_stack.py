@@ -126,6 +126,16 @@ def test_a_local_cluster_and_a_given_valkey_url_are_refused_together() -> None:
         LocalStack(valkey_url="redis://127.0.0.1:6379", cluster=3)
 
 
+def test_cluster_replicas_without_a_local_cluster_are_refused() -> None:
+    with pytest.raises(StackError, match="replicas need a local cluster"):
+        LocalStack(cluster_replicas=1)
+
+
+def test_a_negative_number_of_cluster_replicas_is_refused() -> None:
+    with pytest.raises(StackError, match="0 or more"):
+        LocalStack(cluster=3, cluster_replicas=-1)
+
+
 def test_stopping_a_cluster_stack_stops_every_node(aws_endpoint: str) -> None:
     with LocalStack(aws_endpoint=aws_endpoint, cluster=3) as stack:
         pids = [pid for name, pid in stack.pids.items() if name.startswith("valkey-")]

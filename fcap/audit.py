@@ -1,0 +1,196 @@
+"""Cap over-delivery of a replay, judged after the fact by brute force.
+
+Input: the impressions the exchange delivered, as the claims of their signed notice
+tokens (``NoticeClaims``: user, household, campaign, creative, bid instant), and the
+campaign book's subjects (``fcap.build_subjects``). For every cap an impression was
+checked against, the audit counts the earlier impressions of the same counter (user
+or household key, rule token) that still counted at its bid instant, with the same
+pure window rules the bidder uses (``fcap.rules.counts_at``). At ``limit`` or more
+the impression is *above the cap*: it should not have been delivered.
+
+The counters follow the bidder's write fan-out (``Subject.user_count_rules``: an
+advertiser window counts the impressions of every campaign of the advertiser).
+Impressions of viewable-counted campaigns are left out: the replay sends no
+viewability events, so the bidder never counts them.
+
+With ``billed_ms`` (bid id -> when the ledger billed it, hence when its count was
+written), each finding also says how many of the earlier impressions had been
+counted ``in_flight_ms`` before the bid: count-on-win lets the bids in flight pass a
+cap by design (docs/fcap.md), so only findings whose *counted* impressions already
+reached the limit (``not_in_flight``) need another explanation: a failed check that
+failed open, a count that failed or was lost with a master (failover).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from bidder.tokens import NoticeClaims, TokenError, TokenSigner
+from fcap.rules import Rule, Subject, counts_at
+
+IN_FLIGHT_MS = 50
+"""An impression billed less than this before a later bid counts as still in flight:
+its count lands after the ledger's fsync and a Valkey round trip, and the later bid's
+check ran before its token was stamped; on a loaded 2-core box that is tens of ms."""
+
+
+@dataclass(frozen=True, slots=True)
+class AboveCap:
+    bid_id: int
+    campaign_id: str
+    counter: str
+    """The user or household key of the counter."""
+    token: str
+    limit: int
+    counting: int
+    """Earlier impressions of the counter still counting at its bid instant (>= limit)."""
+    counted: int | None
+    """Of those, the ones billed (so counted) ``in_flight_ms`` before it was bid; None
+    without billing times."""
+
+    @property
+    def in_flight(self) -> bool | None:
+        """Explained by bids in flight (the counted ones were under the limit)."""
+        return None if self.counted is None else self.counted < self.limit
+
+
+@dataclass(frozen=True, slots=True)
+class OverDelivery:
+    impressions: int
+    """Delivered impressions audited (viewable-counted campaigns excluded)."""
+    above_cap: tuple[AboveCap, ...]
+
+    @property
+    def over_cap(self) -> int:
+        """Delivered impressions above at least one cap."""
+        return len({finding.bid_id for finding in self.above_cap})
+
+    @property
+    def not_in_flight(self) -> int:
+        """Impressions above a cap that bids in flight do not explain (0 without billing
+        times: unknown)."""
+        return len({f.bid_id for f in self.above_cap if f.in_flight is False})
+
+    @property
+    def max_excess(self) -> int:
+        """The most impressions any counter went over its limit by, at any instant."""
+        return max((f.counting - f.limit + 1 for f in self.above_cap), default=0)
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready digest (for the chaos report)."""
+        return {
+            "impressions": self.impressions,
+            "over_cap": self.over_cap,
+            "over_cap_not_in_flight": self.not_in_flight,
+            "max_excess": self.max_excess,
+            "by_campaign": _by_campaign(self.above_cap),
+        }
+
+
+def cap_over_delivery(
+    delivered: Iterable[NoticeClaims],
+    subjects: Mapping[tuple[str, str], Subject],
+    *,
+    billed_ms: Mapping[int, int] | None = None,
+    in_flight_ms: int = IN_FLIGHT_MS,
+) -> OverDelivery:
+    """Audit ``delivered`` (one claims per impression; duplicates by bid id are
+    dropped) against the caps of ``subjects`` ((campaign id, creative id) -> Subject).
+    Raises KeyError for an impression of a campaign/creative not in ``subjects``."""
+    impressions = sorted(
+        {c.bid_id: c for c in delivered}.values(), key=lambda c: (c.issued_ms, c.bid_id)
+    )
+    audited = [c for c in impressions if _subject(subjects, c).count_event != "viewable"]
+    by_counter = _counters(audited, subjects)
+    found: list[AboveCap] = []
+    for claims in audited:
+        for rule, key in _checked(_subject(subjects, claims), claims):
+            earlier = _counting(by_counter[rule.token, key], rule, claims)
+            if len(earlier) >= rule.limit:
+                counted = _counted(earlier, claims.issued_ms, billed_ms, in_flight_ms)
+                found.append(AboveCap(
+                    claims.bid_id, claims.campaign_id, key, rule.token, rule.limit,
+                    len(earlier), counted,
+                ))  # fmt: skip
+    return OverDelivery(len(audited), tuple(found))
+
+
+def claims_from_notice_urls(urls: Iterable[str], signer: TokenSigner) -> list[NoticeClaims]:
+    """The claims of every notice URL (or bare token) whose token ``signer`` verifies,
+    one per bid id; URLs without a valid token are skipped."""
+    found: dict[int, NoticeClaims] = {}
+    for url in urls:
+        tokens = parse_qs(urlsplit(url).query).get("t", []) if "?" in url else [url]
+        for token in tokens:
+            try:
+                claims = signer.verify(token)
+            except TokenError:
+                continue
+            found.setdefault(claims.bid_id, claims)
+    return list(found.values())
+
+
+def _subject(subjects: Mapping[tuple[str, str], Subject], claims: NoticeClaims) -> Subject:
+    return subjects[claims.campaign_id, claims.creative_id]
+
+
+def _counters(
+    impressions: list[NoticeClaims], subjects: Mapping[tuple[str, str], Subject]
+) -> dict[tuple[str, str], list[NoticeClaims]]:
+    """(rule token, user or household key) -> the impressions the bidder counts in it."""
+    out: dict[tuple[str, str], list[NoticeClaims]] = defaultdict(list)
+    for claims in impressions:
+        subject = _subject(subjects, claims)
+        if claims.user_key is not None:
+            for rule in subject.user_count_rules:
+                out[rule.token, claims.user_key].append(claims)
+        if claims.household_key is not None:
+            for rule in subject.household_rules:
+                out[rule.token, claims.household_key].append(claims)
+    return out
+
+
+def _checked(subject: Subject, claims: NoticeClaims) -> Iterator[tuple[Rule, str]]:
+    """(rule, counter key) of every cap the bid was checked against."""
+    for rules, key in (
+        (subject.user_rules, claims.user_key),
+        (subject.household_rules, claims.household_key),
+    ):
+        if key is not None:
+            yield from ((rule, key) for rule in rules)
+
+
+def _counting(counter: list[NoticeClaims], rule: Rule, claims: NoticeClaims) -> list[NoticeClaims]:
+    """The impressions of ``counter`` before ``claims`` that still count at its bid."""
+    order = (claims.issued_ms, claims.bid_id)
+    return [
+        other
+        for other in counter
+        if (other.issued_ms, other.bid_id) < order
+        and counts_at(rule, other.issued_ms, claims.issued_ms)
+    ]
+
+
+def _counted(
+    earlier: list[NoticeClaims],
+    bid_ms: int,
+    billed_ms: Mapping[int, int] | None,
+    in_flight_ms: int,
+) -> int | None:
+    if billed_ms is None:
+        return None
+    return sum(
+        other.bid_id in billed_ms and billed_ms[other.bid_id] + in_flight_ms <= bid_ms
+        for other in earlier
+    )
+
+
+def _by_campaign(findings: Iterable[AboveCap]) -> dict[str, int]:
+    out: dict[str, set[int]] = defaultdict(set)
+    for finding in findings:
+        out[finding.campaign_id].add(finding.bid_id)
+    return {campaign: len(bids) for campaign, bids in sorted(out.items())}
