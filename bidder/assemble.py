@@ -9,6 +9,7 @@ One place says which adapter feeds which stage, in hot-path order:
     6 pacing         NodePacer, leases read from Valkey every second
     7 frequency cap  FrequencyCapper over FcapStore (Valkey, one round trip)
     8 score          Pricer over the LightGBM artifact (reloaded when it changes)
+    8b dedup         AuctionClaims (Valkey SET NX, bidding copies with a tid only)
 
 and which sinks the win path tells of a billed impression (fcap counting, the
 pacer's lease debit). Everything that must be loaded before the port opens is
@@ -25,6 +26,7 @@ import socket
 from bidder import metrics
 from bidder.app import BidderState
 from bidder.archive import LedgerArchive
+from bidder.auction_claims import AuctionClaims, SupplyDedupStage
 from bidder.aws import aws_client
 from bidder.billing import Biller, ImpressionSink
 from bidder.campaign_book import CampaignBook
@@ -110,6 +112,8 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         FcapStage(capper, book, clock),
         ScoreStage(pricer),
     ]
+    if settings.dedup_window_ms > 0:
+        stages.append(_dedup_stage(settings, valkey, clock))
     generator, lease = await _leased_ids(settings, valkey, clock)
     producer = await _ledger_producer(settings, settings.aws_endpoint, clock)
     journal = await _deferred_journal(settings, settings.aws_endpoint, clock)
@@ -178,6 +182,13 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         capper.store.client.aclose,
     ]
     return state
+
+
+def _dedup_stage(settings: Settings, valkey: AsyncValkey, clock: Clock) -> SupplyDedupStage:
+    """Stage 8b: one claim per bidding copy of an auction, on the worker's Valkey client."""
+    claims = AuctionClaims(valkey, settings.key_namespace, settings.dedup_window_ms)
+    hold_s, budget_s = settings.dedup_hold_ms / 1000, settings.dedup_claim_budget_ms / 1000
+    return SupplyDedupStage(claims, settings.path_policy, clock, hold_s, budget_s)
 
 
 async def _campaign_book(settings: Settings, endpoint: str) -> CampaignBook:

@@ -26,7 +26,7 @@ from bidder.cli_options import (
     add_bidder_options,
     settings_from_args,
 )
-from bidder.replay.generator import generate, parse_ssp_boost
+from bidder.replay.generator import DUPLICATE_SHARE, generate, parse_ssp_boost
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
 from bidder.replay.stream import StreamFormatError, StreamRecord, read_stream
@@ -185,6 +185,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         duplicate_notices=args.duplicate_notices,
         reorder_notices=args.reorder_notices,
         notice_window_ms=args.notice_window_ms,
+        path_policy=settings_from_args(args, 0, 0).path_policy,
     )
     records = list(read_stream(args.stream))
     if args.target:
@@ -234,6 +235,10 @@ def _gen_parser(p: argparse.ArgumentParser) -> None:
         help="the N most active people also get --heavy-share of all auctions",
     )  # fmt: skip
     p.add_argument("--heavy-share", type=float, default=0.0, metavar="F")
+    p.add_argument(
+        "--duplicate-share", type=float, default=DUPLICATE_SHARE, metavar="F",
+        help="share of auctions sent through 2-3 SSPs (sharing source.tid)",
+    )  # fmt: skip
     p.set_defaults(command=_cmd_gen)
 
 
@@ -249,6 +254,7 @@ def _cmd_gen(args: argparse.Namespace) -> int:
         ssp_boost=boost,
         heavy_users=args.heavy_users,
         heavy_share=args.heavy_share,
+        duplicate_share=args.duplicate_share,
     )
     print(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode())
     print(f"wrote {summary.requests} requests to {args.out}", file=sys.stderr)

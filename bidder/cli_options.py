@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bidder.ratelimit import RateLimitError, RateLimits, parse_rate_limits
 from bidder.settings import Settings, SettingsError
+from bidder.supply_path import PolicyError, parse_fees, parse_preference
 
 _D = Settings()
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +63,30 @@ def add_bidder_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--supply-s3", metavar="s3://BUCKET/PREFIX")
     g.add_argument("--supply-refresh-s", type=float, default=_D.supply_refresh_s)
     _add_money_options(p)
+    _add_dedup_options(p)
+
+
+def _add_dedup_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("supply-path dedup (one bid per source.tid)")
+    g.add_argument(
+        "--dedup-window-ms", type=int, default=_D.dedup_window_ms, metavar="MS",
+        help="how long an auction's claim lives (0: no dedup)",
+    )  # fmt: skip
+    g.add_argument(
+        "--dedup-hold-ms", type=float, default=_D.dedup_hold_ms, metavar="MS",
+        help="wait before claiming on a path that is not top-ranked",
+    )  # fmt: skip
+    g.add_argument(
+        "--dedup-claim-budget-ms", type=float, default=_D.dedup_claim_budget_ms, metavar="MS",
+        help="an unanswered claim started this long before the deadline fails open (bids)",
+    )  # fmt: skip
+    g.add_argument(
+        "--ssp-preference", default="", metavar="A,B,C", help="preferred SSPs, best first"
+    )
+    g.add_argument(
+        "--ssp-fee-bps", action="append", default=[], metavar="SSP=BPS[,SSP=BPS]",
+        help="an SSP's fee in basis points for the path rank (repeatable; default 0)",
+    )  # fmt: skip
 
 
 def _add_money_options(p: argparse.ArgumentParser) -> None:
@@ -90,6 +115,7 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> Settings:
     """Settings for ``serve``/``replay``; SettingsError names every bad option."""
+    preference, fees = _path_policy(args)
     return Settings(
         host=args.host,
         port=port,
@@ -126,7 +152,21 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         notice_key_id=args.notice_key_id,
         notice_max_age_s=args.notice_max_age_s,
         spool_dir=args.spool_dir,
+        dedup_window_ms=args.dedup_window_ms,
+        dedup_hold_ms=args.dedup_hold_ms,
+        dedup_claim_budget_ms=args.dedup_claim_budget_ms,
+        ssp_preference=preference,
+        ssp_fees_bps=fees,
     ).validate()
+
+
+def _path_policy(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
+    """(--ssp-preference, --ssp-fee-bps) as Settings fields; SettingsError names the option."""
+    try:
+        fees = parse_fees(args.ssp_fee_bps)
+        return parse_preference(args.ssp_preference), tuple(sorted(fees.items()))
+    except PolicyError as exc:
+        raise SettingsError(f"invalid settings:\n  {exc}") from None
 
 
 def _rate_limits(args: argparse.Namespace) -> RateLimits:

@@ -53,6 +53,10 @@ class NoBid(enum.Enum):
     FCAP_UNAVAILABLE = "fcap_unavailable"
     # Stage 8: score and price.
     SCORE_ERROR = "score_error"
+    # Stage 8b: supply-path dedup (bidder.auction_claims).
+    DUPLICATE_AUCTION = "duplicate_auction"
+    """Another copy of the auction (same ``source.tid``, another SSP) claimed the bid.
+    No OpenRTB code fits (none says "already bid through another path")."""
     # Anything late or broken.
     DEADLINE = "deadline"
     OVERLOADED = "overloaded"

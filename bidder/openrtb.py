@@ -100,6 +100,9 @@ class BidRequest(NamedTuple):
     us_privacy: str | None
     gpp: str | None
     schain: dict[str, Any] | None
+    tid: str | None = None
+    """The auction's transaction id (``source.tid``), shared by its copies through other
+    SSPs; None when absent or empty. ``bidder.supply_path`` dedups on it."""
 
 
 MAX_IMPS = 32
@@ -166,6 +169,7 @@ def _request(doc: dict[str, Any]) -> BidRequest:
         us_privacy=us_privacy,
         gpp=gpp,
         schain=_schain(source) if source else None,
+        tid=_tid(source, get("ext")),
     )
 
 
@@ -232,6 +236,30 @@ _NO_PRIVACY = (None, None, False, None, None)
 
 def _schain(source: dict[str, Any]) -> dict[str, Any] | None:
     return _obj(source, "schain") or _obj(_obj(source, "ext") or _EMPTY, "schain")
+
+
+def _tid(source: dict[str, Any] | None, ext: Any) -> str | None:
+    """``source.tid`` (2.5 and 2.6); else the pre-2.5 ``ext.source.tid``, read leniently:
+    an extension's shape is nobody's contract, and the tid only serves dedup."""
+    tid = _str(source, "tid") if source else None
+    if tid is None and type(ext) is dict:
+        legacy = ext.get("source")
+        if type(legacy) is dict and type(legacy.get("tid")) is str:
+            tid = legacy["tid"]
+    return tid or None
+
+
+def auction_source(doc: Any) -> tuple[str | None, dict[str, Any] | None]:
+    """(tid, schain) of a decoded request, read as the parser reads them but without the
+    full parse (about 4x cheaper: the replay report reads every request); (None, None)
+    where the parser would refuse the request's source."""
+    source = doc.get("source") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or not isinstance(source, dict | None):
+        return None, None
+    try:
+        return _tid(source, doc.get("ext")), _schain(source) if source else None
+    except InvalidRequest:
+        return None, None
 
 
 def _imps(value: Any) -> tuple[Imp, ...]:

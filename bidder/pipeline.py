@@ -10,13 +10,14 @@ the cheapest stage that can decide should:
     2. partner rate limit           bidder.ratelimit, in the handler before the body is read
     3. consent, then eligibility    bidder.consent, bidder.eligibility
     4. supply chain                 bidder.schain (caches: bidder.supply_files)
-    5. identity + profile           (issue: scoring and pricing)
-    6. budget / pacing              (issue: budget pacing)
-    7. frequency cap                (issue: frequency capping on Valkey)
-    8. score + price                bidder.pricing, base bid until scoring lands
+    5. identity + profile           bidder.identity, bidder.profiles
+    6. budget / pacing              pacing.node
+    7. frequency cap                fcap.capper
+    8. score + price                models.serving
+    8b. supply-path dedup           bidder.auction_claims (only a request about to bid)
     9. respond                      bidder.response (after the pipeline)
 
-Stages that have not landed are absent, not faked.
+The wiring, in this order, is ``bidder.assemble``.
 
 Deadline enforcement. A pure stage returns its answer directly; a stage that
 does I/O returns an awaitable, and only then does the pipeline arm

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bidder.ratelimit import RateLimits
+from bidder.supply_path import MAX_FEE_BPS, PathPolicy
 from bidder.tokens import MIN_KEY_BYTES, check_kid
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -129,6 +130,23 @@ class Settings:
     bid_shading: bool = True
     model_reload_s: float = 30.0
     """How often a worker looks for a new model artifact (reload without restart)."""
+    # Stage 8b: supply-path dedup (bidder.supply_path, bidder.auction_claims).
+    dedup_window_ms: int = 1000
+    """Life of an auction's claim: copies of one ``source.tid`` within it bid once; 0: off."""
+    dedup_hold_ms: float = 3.0
+    """How long a bidding copy that is not top-ranked waits before it claims the auction,
+    so a better path arriving meanwhile wins (cut to fit the deadline)."""
+    dedup_claim_budget_ms: float = 2.0
+    """A claim Valkey has not answered by the deadline fails open (bids) when it started
+    at least this long before; a later one answers 204 deadline."""
+    ssp_preference: tuple[str, ...] = ()
+    """SSPs in order of preference for dedup; unlisted ones rank after them."""
+    ssp_fees_bps: tuple[tuple[str, int], ...] = ()
+    """(SSP, fee in basis points) for dedup's path rank; others 0."""
+
+    @property
+    def path_policy(self) -> PathPolicy:
+        return PathPolicy(self.ssp_preference, dict(self.ssp_fees_bps))
 
     def validate(self) -> Settings:
         """Return self when valid; raise SettingsError listing every problem."""
@@ -171,6 +189,7 @@ class Settings:
             *self._notice_checks(),
             *self._ledger_checks(),
             *self._stage_checks(),
+            *self._dedup_checks(),
         ]
 
     def _stage_checks(self) -> list[tuple[bool, str]]:
@@ -205,6 +224,36 @@ class Settings:
             ),
             (self.model_dir.is_dir(), f"--model-dir: no such directory: {self.model_dir}"),
             (self.model_reload_s >= 1, "--model-reload-s must be at least 1"),
+        ]
+
+    def _dedup_checks(self) -> list[tuple[bool, str]]:
+        names = [ssp for ssp, _ in self.ssp_fees_bps]
+        return [
+            (
+                self.dedup_window_ms == 0 or 10 <= self.dedup_window_ms <= 60_000,
+                "--dedup-window-ms must be 0 (off) or 10-60000",
+            ),
+            (
+                0 <= self.dedup_hold_ms < self.deadline_ms,
+                "--dedup-hold-ms must be 0 or more and below --deadline-ms",
+            ),
+            (
+                0 < self.dedup_claim_budget_ms < self.deadline_ms,
+                "--dedup-claim-budget-ms must be above 0 and below --deadline-ms",
+            ),
+            (
+                all(self.ssp_preference)
+                and len(set(self.ssp_preference)) == len(self.ssp_preference),
+                "--ssp-preference: SSP names must be non-empty and listed once",
+            ),
+            (
+                all(names) and len(set(names)) == len(names),
+                "--ssp-fee-bps: SSP names must be non-empty and given once",
+            ),
+            (
+                all(0 <= bps <= MAX_FEE_BPS for _, bps in self.ssp_fees_bps),
+                f"--ssp-fee-bps: fees must be 0-{MAX_FEE_BPS} bps",
+            ),
         ]
 
     def _notice_checks(self) -> list[tuple[bool, str]]:

@@ -44,7 +44,7 @@ DEFAULT_DAY_START = datetime(2026, 1, 5, tzinfo=UTC)
 MALFORMED_SHARE = 0.02
 """Share of auction events sent as a malformed body (about 1.9% of requests)."""
 DUPLICATE_SHARE = 0.05
-"""Share of auction events sent through several SSPs."""
+"""Default share of auction events sent through several SSPs (``duplicate_share``)."""
 DUPLICATE_SIZES: inv.Weighted[int] = inv.Weighted([(2, 70.0), (3, 30.0)])
 MAX_DUPLICATE_LAG_MS = 4
 _DAY_MS = 86_400_000
@@ -92,8 +92,13 @@ def generate(
     ssp_boost: Mapping[str, float] | None = None,
     heavy_users: int = 0,
     heavy_share: float = 0.0,
+    duplicate_share: float = DUPLICATE_SHARE,
 ) -> GenSummary:
     """Write a ``requests``-line bidstream to ``out`` and describe it.
+
+    ``duplicate_share``: the share of auction events sent through 2-3 SSPs (sharing
+    ``source.tid``); at most ``1 - MALFORMED_SHARE``. The default keeps the bytes of
+    streams generated before the option existed.
 
     ``heavy_users`` / ``heavy_share``: a share of the auction events comes from the N
     most active users, evenly (``heavy_users=10, heavy_share=0.3``: ten users send
@@ -105,9 +110,10 @@ def generate(
     """
     _check_args(requests, seed, mean_rate, day_start)
     _check_heavy(heavy_users, heavy_share)
+    _check_duplicate_share(duplicate_share)
     shares = _boosted(ssp_boost or {})
     rng, np_rng = random.Random(seed), np.random.default_rng(seed)
-    plan = _plan(rng, requests)
+    plan = _plan(rng, requests, duplicate_share)
     fractions = day_fractions(np_rng, len(plan))
     users = population().sample(np_rng, len(plan))
     users = population().with_heavy_users(np_rng, users, heavy_users, heavy_share)
@@ -142,6 +148,11 @@ def _check_heavy(heavy_users: int, heavy_share: float) -> None:
         problems.append("heavy_share needs heavy_users of at least 1")
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def _check_duplicate_share(share: float) -> None:
+    if not 0.0 <= share <= 1.0 - MALFORMED_SHARE:
+        raise ValueError(f"duplicate_share must be 0-{1.0 - MALFORMED_SHARE:g} (got {share})")
 
 
 def parse_ssp_boost(specs: Sequence[str]) -> dict[str, float]:
@@ -190,7 +201,7 @@ def _scale(weighted: inv.Weighted[inv.Ssp], boost: Mapping[str, float]) -> inv.W
     return inv.Weighted([(ssp, share * boost.get(ssp.name, 1.0)) for ssp, share in pairs])
 
 
-def _plan(rng: random.Random, requests: int) -> list[int]:
+def _plan(rng: random.Random, requests: int, duplicate_share: float) -> list[int]:
     """Event sizes (``_MALFORMED`` counts one request) adding up to ``requests``."""
     plan: list[int] = []
     left = requests
@@ -198,7 +209,7 @@ def _plan(rng: random.Random, requests: int) -> list[int]:
         draw = rng.random()
         if draw < MALFORMED_SHARE:
             size = _MALFORMED
-        elif draw < MALFORMED_SHARE + DUPLICATE_SHARE:
+        elif draw < MALFORMED_SHARE + duplicate_share:
             size = min(DUPLICATE_SIZES.pick(rng), left)
         else:
             size = 1

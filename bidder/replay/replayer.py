@@ -51,11 +51,13 @@ from typing import Any
 
 from tqdm import tqdm
 
+from bidder.replay._duplicates import DuplicateTally
 from bidder.replay.auction import Market, Win, settle
 from bidder.replay.client import HttpPool, RequestTemplate, Response, TransportError, split_url
 from bidder.replay.report import AuctionTotals, ReplayResult, record_latency
 from bidder.replay.schedule import Pacing, Scheduled, schedule
 from bidder.replay.stream import StreamRecord
+from bidder.supply_path import DEFAULT_POLICY, PathPolicy
 
 __all__ = ["DEFAULT_PATH", "NoticeSend", "ReplayOptions", "ReplayResult", "plan_notices", "replay"]
 
@@ -88,6 +90,8 @@ class ReplayOptions:
     inside ``notice_window_ms``, so notices of different wins interleave."""
     notice_window_ms: float = 250.0
     """The reordering window; late duplicates go 1-1.5 windows after their win's start."""
+    path_policy: PathPolicy = DEFAULT_POLICY
+    """The bidder's supply-path preferences: ranks copies in the duplicate-auctions report."""
 
     def __post_init__(self) -> None:
         positive = (
@@ -145,7 +149,9 @@ class _Replay:
         self._pool = HttpPool(host, port, max_connections=options.max_connections)
         self._templates: dict[str, RequestTemplate] = {}
         self._inflight: set[asyncio.Task[None]] = set()
-        self.result = ReplayResult(deadline_ms=options.deadline_ms)
+        self.result = ReplayResult(
+            deadline_ms=options.deadline_ms, duplicates=DuplicateTally(options.path_policy)
+        )
         self._notices = _Notices(options, self.result.auction)
         self._deadline_ns = round(options.deadline_ms * 1_000_000)
         self._first_send_ns = self._last_send_ns = self._unyielded = 0
@@ -223,7 +229,7 @@ class _Replay:
                 self.result.transport_errors += 1
             return
         if measured:
-            self._count_answer(response, intended_ns, record.ssp)
+            self._count_answer(response, intended_ns, record)
         if response.status == 200:
             self._auction(seq, record.body, response.body, measured)
 
@@ -235,8 +241,8 @@ class _Replay:
         self._first_send_ns = self._first_send_ns or sent_ns
         self._last_send_ns = max(self._last_send_ns, sent_ns)
 
-    def _count_answer(self, response: Response, intended_ns: int, ssp: str) -> None:
-        result, status = self.result, response.status
+    def _count_answer(self, response: Response, intended_ns: int, record: StreamRecord) -> None:
+        result, status, ssp = self.result, response.status, record.ssp
         result.status[status] += 1
         reason = response.headers.get("x-nbr-reason", "unlabelled") if status == 204 else None
         if reason is not None:
@@ -244,6 +250,7 @@ class _Replay:
         corrected_ns = self._record(intended_ns, response.sent_ns, time.perf_counter_ns())
         result.within_deadline += status in (200, 204) and corrected_ns <= self._deadline_ns
         result.ssp(ssp).count_answer(status, reason, corrected_ns // 1000)
+        result.count_copy(ssp, record.body, status, reason, corrected_ns // 1000)
 
     def _record(self, intended_ns: int, sent_ns: int, done_ns: int) -> int:
         """Record both latencies; returns the corrected one (ns)."""

@@ -13,6 +13,11 @@ Per supply partner (the record's ``ssp``, sent as ``X-Ssp``) the same measured r
 are split again: counts, statuses, no-bid reasons, and two corrected histograms, one of
 every timed request and one of the 204s alone. A partner over its rate limit should get
 its 204s fast while the others' latency stays put; the split shows both.
+
+Duplicate auctions (one auction sent through several SSPs, sharing ``source.tid``):
+grouped by tid over the answered requests (``_duplicates``), with how many groups got
+more than one bid and how many were bid on their best-ranked path; the bids' own
+latency (``corrected_200``) is what a dedup hold costs.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hdrh.histogram import HdrHistogram
+
+from bidder.replay._duplicates import DuplicateTally
 
 LOWEST_US = 1
 HIGHEST_US = 60_000_000
@@ -106,6 +113,18 @@ class ReplayResult:
     auction: AuctionTotals = field(default_factory=AuctionTotals)
     ssps: dict[str, SspResult] = field(default_factory=dict)
     """Per supply partner, by name."""
+    corrected_200: HdrHistogram = field(default_factory=new_latency_histogram)
+    """The bids (200s) alone, corrected."""
+    duplicates: DuplicateTally = field(default_factory=DuplicateTally)
+    """Auctions sent through several SSPs (give it the bidder's ``PathPolicy``)."""
+
+    def count_copy(
+        self, ssp: str, body: bytes, status: int, reason: str | None, corrected_us: int
+    ) -> None:
+        """A measured answer's part in the duplicate-auctions section."""
+        if status == 200:
+            record_latency(self.corrected_200, corrected_us)
+        self.duplicates.count(ssp, body, status, reason)
 
     def ssp(self, name: str) -> SspResult:
         """``name``'s figures, created on first use."""
@@ -168,6 +187,7 @@ def to_json(result: ReplayResult) -> dict[str, Any]:
         "latency_ms": {
             "corrected": latency_ms(result.corrected),
             "uncorrected": latency_ms(result.uncorrected),
+            "corrected_200": latency_ms(result.corrected_200),
         },
         "p99_9_reliable": result.samples >= RELIABLE_P99_9_SAMPLES,
         "within_deadline_share": round(result.within_deadline_share, 6),
@@ -185,6 +205,7 @@ def to_json(result: ReplayResult) -> dict[str, Any]:
             "notices_failed": auction.notices_failed,
         },
         "ssps": {name: ssp_json(result.ssps[name]) for name in sorted(result.ssps)},
+        "duplicate_auctions": result.duplicates.summary().to_dict(),
     }
 
 
@@ -211,6 +232,7 @@ def render_table(result: ReplayResult) -> str:
         _latency(result),
         _per_ssp(result),
         _auction(result),
+        _duplicate_auctions(result),
     ]
     return "\n\n".join(sections) + "\n"
 
@@ -285,6 +307,23 @@ def _auction(result: ReplayResult) -> str:
             f"  spend         ${a.spend_micros / 1_000_000:,.6f}  ({a.spend_micros:,} micros)",
             f"  notices       sent {a.notices_sent:,}"
             f"  ok {a.notices_ok:,}  failed {a.notices_failed:,}",
+        ]
+    )
+
+
+def _duplicate_auctions(result: ReplayResult) -> str:
+    d, bids = result.duplicates.summary(), latency_ms(result.corrected_200)
+    return "\n".join(
+        [
+            f"duplicate auctions  {d.groups:,} groups ({d.copies:,} requests)"
+            f"  bid {d.groups_with_bid:,}  answered duplicate_auction {d.duplicate_answers:,}",
+            f"  bid once      {d.groups_bid_once:,}"
+            f"  ({_share(d.groups_bid_once, d.groups_with_bid)} of bid groups)"
+            f"  more than once {d.groups_bid_more_than_once:,}",
+            f"  on best path  {d.groups_bid_on_best_bidding_copy:,}"
+            f"  ({_share(d.groups_bid_on_best_bidding_copy, d.groups_with_bid)} of bid groups,"
+            f" among copies that would bid; {d.groups_bid_on_best_copy:,} among all copies)",
+            f"  bids p50 {bids['p50']:.3f} ms  p99 {bids['p99']:.3f} ms (corrected)",
         ]
     )
 

@@ -1,0 +1,331 @@
+"""bidder.auction_claims: the claim on real Valkey (one server and a Cluster) and the stage."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import signal
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from prometheus_client import REGISTRY
+from redis.crc import key_slot
+
+from bidder.auction_claims import (
+    CLAIM_BUDGET_S,
+    AuctionClaims,
+    SupplyDedupStage,
+    auction_key,
+)
+from bidder.clock import SystemClock
+from bidder.cluster import LocalValkeyCluster, ValkeyNode
+from bidder.nobid import NoBid
+from bidder.openrtb import parse_bid_request
+from bidder.pipeline import Context
+from bidder.stack import free_port
+from bidder.supply_path import PathPolicy
+from bidder.valkey import AsyncValkey, connect_async
+
+WINDOW_MS = 1000
+HOLD_S = 0.003
+DIRECT_NODE = {"asi": "a.example", "sid": "p", "hp": 1}
+DIRECT = {"ver": "1.0", "complete": 1, "nodes": [DIRECT_NODE]}
+RESOLD = {"ver": "1.0", "complete": 1, "nodes": [DIRECT_NODE, {"asi": "b.example", "sid": "r"}]}
+
+
+def new_tid() -> str:
+    return str(uuid.uuid4())
+
+
+def claims_count(outcome: str) -> float:
+    value = REGISTRY.get_sample_value("bidsim_dedup_claims_total", {"outcome": outcome})
+    return value or 0.0
+
+
+def context(ssp: str, tid: str | None, schain: dict[str, Any] | None = DIRECT) -> Context:
+    source: dict[str, Any] = {"schain": schain} if schain else {}
+    if tid is not None:
+        source["tid"] = tid
+    doc = {"id": "r", "imp": [{"id": "1", "banner": {"w": 300, "h": 250}}], "source": source}
+    return Context(request=parse_bid_request(json.dumps(doc).encode()), ssp=ssp, received=0.0)
+
+
+@pytest_asyncio.fixture
+async def client(valkey_url: str) -> AsyncIterator[AsyncValkey]:
+    valkey = connect_async(valkey_url, timeout_s=1.0)
+    yield valkey
+    await valkey.aclose()
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+class Sleeps:
+    """The stage's sleep: records each hold, and waits on ``gate`` when one is set."""
+
+    def __init__(self, gate: asyncio.Event | None = None) -> None:
+        self.held: list[float] = []
+        self.holding = asyncio.Event()
+        self.gate = gate
+
+    async def __call__(self, seconds: float) -> None:
+        self.held.append(seconds)
+        self.holding.set()
+        if self.gate is not None:
+            await self.gate.wait()
+
+
+async def decide(dedup: SupplyDedupStage, ctx: Context, deadline: float) -> NoBid | None:
+    """Run the stage as the pipeline does: await it only when it returns an awaitable."""
+    result = dedup(ctx, deadline)
+    return await result if inspect.isawaitable(result) else result
+
+
+def stage(
+    claims: AuctionClaims,
+    sleeps: Sleeps,
+    clock: SystemClock,
+    policy: PathPolicy | None = None,
+    claim_budget_s: float = CLAIM_BUDGET_S,
+) -> SupplyDedupStage:
+    return SupplyDedupStage(
+        claims, policy or PathPolicy(), clock, HOLD_S, claim_budget_s, sleep=sleeps
+    )
+
+
+def loop_clock() -> SystemClock:
+    """The system clock: its monotonic time is the loop's, so deadlines mean the same to
+    the stage and to ``asyncio.timeout_at``."""
+    return SystemClock()
+
+
+# -- the claim on one server --------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_the_first_claim_wins_and_a_second_is_refused(
+    client: AsyncValkey, namespace: str
+) -> None:
+    claims, tid = AuctionClaims(client, namespace, WINDOW_MS), new_tid()
+    assert await claims.claim(tid, "ssp-a")
+    assert not await claims.claim(tid, "ssp-b")
+
+
+@pytest.mark.asyncio
+async def test_claims_of_different_auctions_are_independent(
+    client: AsyncValkey, namespace: str
+) -> None:
+    claims = AuctionClaims(client, namespace, WINDOW_MS)
+    assert await claims.claim(new_tid(), "ssp-a")
+    assert await claims.claim(new_tid(), "ssp-a")
+
+
+@pytest.mark.asyncio
+async def test_a_claim_lives_for_the_window_and_names_its_ssp(
+    client: AsyncValkey, namespace: str
+) -> None:
+    claims, tid = AuctionClaims(client, namespace, WINDOW_MS), new_tid()
+    await claims.claim(tid, "ssp-a")
+    key = auction_key(namespace, tid)
+    assert 0 < await client.pttl(key) <= WINDOW_MS
+    assert await client.get(key) == b"ssp-a"
+
+
+@pytest.mark.asyncio
+async def test_of_many_concurrent_claims_from_separate_connections_one_wins(
+    valkey_url: str, namespace: str
+) -> None:
+    clients = [connect_async(valkey_url, timeout_s=2.0) for _ in range(8)]
+    tid = new_tid()
+    try:
+        outcomes = await asyncio.gather(
+            *(
+                AuctionClaims(c, namespace, WINDOW_MS).claim(tid, f"ssp-{n}")
+                for n, c in enumerate(clients)
+            )
+        )
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
+    assert sorted(outcomes) == [False] * 7 + [True]
+
+
+def test_the_key_hashes_on_the_auction_alone() -> None:
+    tid = new_tid()
+    assert key_slot(auction_key("bidsim", tid).encode()) == key_slot(tid.encode())
+    assert auction_key("bidsim", tid) == f"bidsim:auction:{{{tid}}}"
+
+
+def test_a_window_must_be_positive(client: Any) -> None:
+    with pytest.raises(ValueError, match="window"):
+        AuctionClaims(client, "bidsim", 0)
+
+
+# -- the claim on a Valkey Cluster ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalValkeyCluster]:
+    with LocalValkeyCluster() as local_cluster:
+        yield local_cluster
+
+
+@pytest.mark.asyncio
+async def test_claims_work_on_a_valkey_cluster(cluster: LocalValkeyCluster, namespace: str) -> None:
+    valkey = connect_async(cluster.url, cluster=True, timeout_s=2.0)
+    tids = [new_tid() for _ in range(30)]  # spread over every master's slots
+    try:
+        claims = AuctionClaims(valkey, namespace, WINDOW_MS)
+        first = [await claims.claim(tid, "ssp-a") for tid in tids]
+        second = [await claims.claim(tid, "ssp-b") for tid in tids]
+    finally:
+        await valkey.aclose()
+    assert all(first) and not any(second)
+    owners = {cluster.master_of(auction_key(namespace, tid)).port for tid in tids}
+    assert len(owners) == 3
+
+
+# -- the stage ------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_request_without_a_tid_bids_without_a_round_trip(
+    client: AsyncValkey, namespace: str
+) -> None:
+    before = claims_count("no_tid")
+    dedup = stage(AuctionClaims(client, namespace, WINDOW_MS), Sleeps(), loop_clock())
+    assert dedup(context("ssp-a", None), asyncio.get_running_loop().time() + 1) is None
+    assert claims_count("no_tid") == before + 1
+
+
+@pytest.mark.asyncio
+async def test_the_first_bidding_copy_bids_and_a_later_one_is_a_duplicate(
+    client: AsyncValkey, namespace: str
+) -> None:
+    won, duplicate = claims_count("won"), claims_count("duplicate")
+    dedup = stage(AuctionClaims(client, namespace, WINDOW_MS), Sleeps(), loop_clock())
+    tid, deadline = new_tid(), asyncio.get_running_loop().time() + 1
+    assert await decide(dedup, context("ssp-a", tid), deadline) is None
+    assert await decide(dedup, context("ssp-b", tid), deadline) is NoBid.DUPLICATE_AUCTION
+    assert (claims_count("won"), claims_count("duplicate")) == (won + 1, duplicate + 1)
+
+
+@pytest.mark.parametrize(
+    ("ssp", "schain", "preference", "held"),
+    [
+        ("ssp-a", DIRECT, (), []),
+        ("ssp-a", RESOLD, (), [HOLD_S]),
+        ("ssp-a", None, (), [HOLD_S]),
+        ("ssp-b", RESOLD, ("ssp-b",), []),
+        ("ssp-a", DIRECT, ("ssp-b",), [HOLD_S]),
+    ],
+    ids=["direct", "resold", "no chain", "preferred", "direct but not preferred"],
+)
+@pytest.mark.asyncio
+async def test_only_a_copy_that_is_not_top_ranked_holds_before_claiming(
+    client: AsyncValkey,
+    namespace: str,
+    ssp: str,
+    schain: dict[str, Any] | None,
+    preference: tuple[str, ...],
+    held: list[float],
+) -> None:
+    sleeps = Sleeps()
+    claims = AuctionClaims(client, namespace, WINDOW_MS)
+    dedup = stage(claims, sleeps, loop_clock(), PathPolicy(preference))
+    await decide(dedup, context(ssp, new_tid(), schain), asyncio.get_running_loop().time() + 1)
+    assert sleeps.held == held
+
+
+@pytest.mark.asyncio
+async def test_a_late_copy_holds_only_half_the_time_left(
+    client: AsyncValkey, namespace: str
+) -> None:
+    sleeps, clock = Sleeps(), loop_clock()
+    dedup = stage(AuctionClaims(client, namespace, WINDOW_MS), sleeps, clock)
+    await decide(dedup, context("ssp-a", new_tid(), None), clock.monotonic() + 0.0035)
+    assert sleeps.held == [pytest.approx(0.001, abs=0.0002)]
+
+
+@pytest.mark.asyncio
+async def test_a_better_copy_arriving_during_a_hold_gets_the_bid(
+    client: AsyncValkey, namespace: str
+) -> None:
+    sleeps = Sleeps(gate=asyncio.Event())
+    dedup = stage(AuctionClaims(client, namespace, WINDOW_MS), sleeps, loop_clock())
+    tid, deadline = new_tid(), asyncio.get_running_loop().time() + 1
+    resold = asyncio.ensure_future(decide(dedup, context("ssp-a", tid, RESOLD), deadline))
+    await sleeps.holding.wait()  # the resold copy came first and is holding
+    direct = await decide(dedup, context("ssp-b", tid, DIRECT), deadline)
+    assert sleeps.gate is not None
+    sleeps.gate.set()
+    assert (direct, await resold) == (None, NoBid.DUPLICATE_AUCTION)
+
+
+@pytest.mark.asyncio
+async def test_valkey_down_fails_open_and_is_counted(namespace: str) -> None:
+    nobody = connect_async(f"redis://127.0.0.1:{free_port()}", timeout_s=0.5)
+    before = claims_count("unavailable")
+    dedup = stage(AuctionClaims(nobody, namespace, WINDOW_MS), Sleeps(), loop_clock())
+    try:
+        outcome = await decide(
+            dedup, context("ssp-a", new_tid()), asyncio.get_running_loop().time() + 1
+        )
+    finally:
+        await nobody.aclose()
+    assert outcome is None
+    assert claims_count("unavailable") == before + 1
+
+
+@pytest.fixture
+def private_valkey(tmp_path: Path) -> Iterator[ValkeyNode]:
+    node = ValkeyNode(tmp_path, free_port())
+    node.start()
+    try:
+        yield node
+    finally:
+        os.killpg(node.pid, signal.SIGCONT)
+        node.stop()
+
+
+async def claim_while_stalled(node: ValkeyNode, namespace: str, left_s: float) -> NoBid | None:
+    """A claim on ``node`` once it stopped answering (SIGSTOP), ``left_s`` before the
+    deadline; the stage's limits, not the socket timeout, must cut it."""
+    valkey = connect_async(node.url, timeout_s=5.0)
+    try:
+        await valkey.ping()  # connected before the stall
+        os.killpg(node.pid, signal.SIGSTOP)
+        clock = loop_clock()
+        claims = AuctionClaims(valkey, namespace, WINDOW_MS)
+        dedup = stage(claims, Sleeps(), clock)
+        return await decide(dedup, context("ssp-a", new_tid()), clock.monotonic() + left_s)
+    finally:
+        await valkey.aclose()
+
+
+@pytest.mark.chaos
+@pytest.mark.asyncio
+async def test_a_stalled_valkey_fails_open_by_the_deadline(
+    private_valkey: ValkeyNode, namespace: str
+) -> None:
+    before = claims_count("unavailable")
+    assert await claim_while_stalled(private_valkey, namespace, left_s=0.05) is None
+    assert claims_count("unavailable") == before + 1
+
+
+@pytest.mark.chaos
+@pytest.mark.asyncio
+async def test_a_claim_started_too_close_to_the_deadline_is_late_not_failed_open(
+    private_valkey: ValkeyNode, namespace: str
+) -> None:
+    before = claims_count("late")
+    outcome = await claim_while_stalled(private_valkey, namespace, left_s=CLAIM_BUDGET_S)
+    assert outcome is NoBid.DEADLINE
+    assert claims_count("late") == before + 1
