@@ -94,6 +94,10 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--profile-miss", choices=("continue", "nobid"), default=_D.profile_miss)
     g.add_argument("--profile-ttl-s", type=float, default=_D.profile_ttl_s)
     g.add_argument("--pacing-tick-s", type=float, default=_D.pacing_tick_s)
+    g.add_argument(
+        "--breaker-window-s", type=float, default=_D.breaker_window_s, metavar="S",
+        help="the reconciler pauses a campaign spending above 3x its target for S seconds",
+    )  # fmt: skip
     g.add_argument("--lease-refresh-s", type=float, default=_D.lease_refresh_s)
     g.add_argument("--pacing-curves", type=Path, metavar="DIR")
     g.add_argument("--no-reconciler", action="store_true", help="a reconciler runs elsewhere")
@@ -141,6 +145,7 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         profile_miss=args.profile_miss,
         profile_ttl_s=args.profile_ttl_s,
         pacing_tick_s=args.pacing_tick_s,
+        breaker_window_s=args.breaker_window_s,
         lease_refresh_s=args.lease_refresh_s,
         pacing_curves=args.pacing_curves,
         reconciler=not args.no_reconciler,

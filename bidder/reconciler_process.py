@@ -30,6 +30,7 @@ def reconciler_argv(settings: Settings) -> list[str]:
         "--aws-endpoint", settings.aws_endpoint,
         "--region", settings.aws_region,
         "--tick-s", str(settings.pacing_tick_s),
+        "--breaker-window-s", str(settings.breaker_window_s),
         "--stream", settings.spend_stream,
         "--spend-table", settings.spend_table,
         "--campaign-table", settings.campaigns_table,

@@ -97,6 +97,10 @@ def _reconciler_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aws-endpoint", metavar="URL", required=True)
     p.add_argument("--region", default="us-east-1")
     p.add_argument("--tick-s", type=float, default=5.0)
+    p.add_argument(
+        "--breaker-window-s", type=float, default=PacingConfig().breaker_window_s, metavar="S",
+        help="pause a campaign whose spend stays above 3x its target for S seconds",
+    )  # fmt: skip
     p.add_argument("--stream", default=DEFAULT_STREAM, help="Kinesis spend stream")
     p.add_argument("--spend-table", default="bidsim-spend")
     p.add_argument("--campaign-table", default="bidsim-campaigns")
@@ -197,7 +201,7 @@ def cmd_reconciler(args: argparse.Namespace) -> int:
     from bidder.aws import aws_client
     from pacing.curves import load_curve_dir
 
-    config = PacingConfig(tick_s=args.tick_s)
+    config = PacingConfig(tick_s=args.tick_s, breaker_window_s=args.breaker_window_s)
     if config.problems():
         raise CurveError("; ".join(config.problems()))
     curves = load_curve_dir(args.curves) if args.curves else None

@@ -26,11 +26,12 @@ import uvloop
 
 from bidder.app import BidderState
 from bidder.assemble import build_state
+from bidder.chaos.harness import chaos_settings
 from bidder.pipeline import Stage
 from bidder.reconciler_process import running_reconciler
 from bidder.server import prepare_resources
 from bidder.settings import Settings
-from bidder.stack import ChildProcess, LocalStack, free_port
+from bidder.stack import ChildProcess, LocalStack
 from bidder.stages import PacingStage
 from bidder.worker import start_background, start_site, stop_background
 
@@ -144,19 +145,7 @@ class LiveBidder:
 
 
 def stack_settings(stack: LocalStack, tmp_path: Path, **changes: Any) -> Settings:
-    """Settings of a full bidder on a test's own stack: the bundled campaigns, a 1 s
-    pacing tick (leases within a second), the spool in ``tmp_path``; then ``changes``."""
-    return (
-        Settings(
-            port=free_port(),
-            admin_port=free_port(),
-            campaigns_path=CAMPAIGNS,
-            valkey_url=stack.valkey_url,
-            aws_endpoint=stack.aws_endpoint,
-            pacing_tick_s=1.0,
-            lease_refresh_s=0.2,
-            spool_dir=tmp_path / "spool",
-        )
-        .replace(**changes)
-        .validate()
-    )
+    """Settings of a full bidder on a test's own stack (``chaos_settings``: the bundled
+    campaigns, a 1 s pacing tick, the spool in ``tmp_path``), with the supervisor's own
+    reconciler; then ``changes``."""
+    return chaos_settings(stack, tmp_path, **{"reconciler": True, **changes})

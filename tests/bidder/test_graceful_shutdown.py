@@ -26,6 +26,8 @@ import pytest
 import redis
 
 from bidder.assemble import pacing_node_id
+from bidder.aws import aws_client
+from bidder.chaos.ledger import distinct, read_ledger
 from bidder.replay.generator import generate
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.stream import read_stream
@@ -33,7 +35,7 @@ from bidder.server import running_bidder
 from bidder.stack import LocalStack
 from pacing.lease_store import leases_key, live_nodes_key, returned_key, returns_log_key
 from tests.bidder.live import stack_settings
-from tests.pacing.test_live_ledger import by_ledger_id, notice_outcomes, read_ledger
+from tests.pacing.test_live_ledger import notice_outcomes
 
 RETURNS_BOUND_S = 15.0
 
@@ -79,7 +81,8 @@ async def _replay_then_stop(stack: LocalStack, tmp_path: Path) -> Stopped:
             await replay(read_stream(stream_file), f"{bidder.bid_url}/openrtb2/bid", options)
             billed = (await notice_outcomes(bidder.admin_url))["billed"]
             await bidder.pool.stop()
-            ledger = await asyncio.to_thread(read_ledger, stack.aws_endpoint, settings.spend_stream)
+            kinesis = aws_client("kinesis", stack.aws_endpoint)
+            ledger = await asyncio.to_thread(read_ledger, kinesis, settings.spend_stream)
             lease_hashes_left = int(client.exists(*(leases_key(n) for n in nodes)))
             live_after: list[bytes] = client.zrange(live_nodes_key(), 0, -1)  # type: ignore[assignment]
             spool_left = sorted(p.name for p in settings.spool_dir.rglob("*.seg"))
@@ -88,7 +91,7 @@ async def _replay_then_stop(stack: LocalStack, tmp_path: Path) -> Stopped:
     finally:
         client.close()
     return Stopped(
-        nodes, billed, len(by_ledger_id(ledger)), lease_hashes_left, live_after, spool_left,
+        nodes, billed, len(distinct(ledger)), lease_hashes_left, live_after, spool_left,
         returns, returned_left, round(settings.pacing_tick_s * 1000),
     )  # fmt: skip
 

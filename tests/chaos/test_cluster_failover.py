@@ -41,7 +41,9 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 from redis.crc import key_slot
 
+from bidder.aws import aws_client
 from bidder.campaigns import load_campaign_file
+from bidder.chaos.ledger import read_ledger
 from bidder.cluster import LocalValkeyCluster, ValkeyNode
 from bidder.replay.generator import generate
 from bidder.replay.replayer import ReplayOptions, ReplayResult, replay
@@ -57,7 +59,6 @@ from fcap.rules import build_subjects
 from ids.worker_lease import lease_keys
 from pacing.lease_store import live_nodes_key
 from tests.bidder.live import CAMPAIGNS, stack_settings
-from tests.pacing.test_live_ledger import read_ledger
 
 pytestmark = pytest.mark.chaos
 
@@ -249,7 +250,8 @@ async def _run(stack: LocalStack, tmp: Path) -> Outcome:
     finally:
         await runner.cleanup()
         await asyncio.to_thread(failover.close)
-    ledger = await asyncio.to_thread(read_ledger, stack.aws_endpoint, settings.spend_stream)
+    kinesis = aws_client("kinesis", stack.aws_endpoint)
+    ledger = await asyncio.to_thread(read_ledger, kinesis, settings.spend_stream)
     ledger_ms = {int(e.bid_id): e.ts_ms for e in ledger}
     return Outcome(
         result, failover, probes, recorder, ledger_ms, metrics, same, *in_valkey, replay_ms

@@ -31,9 +31,6 @@ docs/fcap.md.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import threading
 import time
 import uuid
 from collections import Counter
@@ -46,7 +43,7 @@ import aiohttp
 import orjson
 import pytest
 
-from bidder.cluster import ValkeyNode
+from bidder.chaos.faults import ValkeyRestart, at_requests, kill9, pause, resume, valkey_port
 from bidder.replay.generator import generate
 from bidder.replay.replayer import ReplayOptions, ReplayResult, replay
 from bidder.replay.report import status_classes
@@ -123,24 +120,19 @@ class Chaos:
     workdir: Path
     phase: str = "before"
     began: dict[str, float] = field(default_factory=lambda: {"before": time.monotonic()})
-    restarted: ValkeyNode | None = None
-    _threads: list[threading.Thread] = field(default_factory=list)
-    _closing: threading.Event = field(default_factory=threading.Event)
+    restarted: ValkeyRestart | None = None
 
     def at(self, records: Iterable[StreamRecord]) -> Iterator[StreamRecord]:
         actions: dict[int, Callable[[], None]] = {
-            PAUSE: lambda: self._signal(signal.SIGSTOP, "paused"),
-            RESUME: lambda: self._signal(signal.SIGCONT, "resumed"),
-            KILL: lambda: self._signal(signal.SIGKILL, "killed"),
+            PAUSE: lambda: self._fault(pause, "paused"),
+            RESUME: lambda: self._fault(resume, "resumed"),
+            KILL: lambda: self._fault(kill9, "killed"),
             RESTART: self._restart,
         }
-        for i, record in enumerate(records):
-            if i in actions:
-                actions[i]()
-            yield record
+        return at_requests(records, actions)
 
-    def _signal(self, sig: signal.Signals, phase: str) -> None:
-        os.kill(self.stack.pids["valkey"], sig)
+    def _fault(self, inject: Callable[[int], None], phase: str) -> None:
+        inject(self.stack.pids["valkey"])
         self._enter(phase)
 
     def _enter(self, phase: str) -> None:
@@ -152,26 +144,15 @@ class Chaos:
 
     def _restart(self) -> None:
         self._enter("restarting")  # not an outage any more once the server answers
-        port = int(self.stack.valkey_url.rsplit(":", 1)[1])
-        self.restarted = ValkeyNode(self.workdir, port)
-        thread = threading.Thread(target=self._start, args=(self.restarted,), daemon=True)
-        self._threads.append(thread)
-        thread.start()  # off the replay's loop: starting takes a few hundred ms
-
-    def _start(self, node: ValkeyNode) -> None:
-        # The child dies with the *thread* that started it (PR_SET_PDEATHSIG), so this
-        # thread lives, and stops the server, until the test is done.
-        node.start()
-        self._enter("restarted")
-        self._closing.wait()
-        node.stop()
+        port = valkey_port(self.stack.valkey_url)
+        self.restarted = ValkeyRestart(self.workdir, port, lambda: self._enter("restarted"))
+        self.restarted.start()  # off the replay's loop: starting takes a few hundred ms
 
     def close(self) -> None:
         if self.phase == "paused":
-            os.kill(self.stack.pids["valkey"], signal.SIGCONT)
-        self._closing.set()
-        for thread in self._threads:
-            thread.join(30)
+            resume(self.stack.pids["valkey"])
+        if self.restarted is not None:
+            self.restarted.close()
 
 
 async def _probes(url: str, chaos: Chaos, done: asyncio.Event) -> list[ProbeAnswer]:

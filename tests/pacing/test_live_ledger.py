@@ -24,7 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bidder.aws import aws_client
 from bidder.campaigns import load_campaign_file
-from bidder.ledger import LedgerEntry, decode_entry
+from bidder.chaos.ledger import distinct, read_ledger
+from bidder.ledger import LedgerEntry
 from bidder.replay.generator import generate
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult
@@ -48,32 +49,11 @@ def live_settings(stack: LocalStack, tmp_path: Path, **changes: Any) -> Settings
     return stack_settings(stack, tmp_path, **{"workers": 2, "deadline_ms": 100.0, **changes})
 
 
-def read_ledger(aws_endpoint: str, stream: str) -> list[LedgerEntry]:
-    """Every entry in the spend stream, as read (duplicates included)."""
-    kinesis = aws_client("kinesis", aws_endpoint)
-    found: list[LedgerEntry] = []
-    for shard in kinesis.list_shards(StreamName=stream)["Shards"]:
-        iterator = kinesis.get_shard_iterator(
-            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        while iterator:
-            page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
-            found += [decode_entry(record["Data"]) for record in page["Records"]]
-            if not page["Records"]:
-                break
-            iterator = page.get("NextShardIterator")
-    return found
-
-
-def by_ledger_id(entries: list[LedgerEntry]) -> list[LedgerEntry]:
-    return list({entry.ledger_id: entry for entry in entries}.values())
-
-
 def wait_for_ledger(aws_endpoint: str, stream: str, billed: int) -> list[LedgerEntry]:
     """The deduplicated ledger once it holds ``billed`` entries (bounded wait)."""
     deadline = time.monotonic() + DRAIN_BOUND_S
     while True:
-        entries = by_ledger_id(read_ledger(aws_endpoint, stream))
+        entries = distinct(read_ledger(aws_client("kinesis", aws_endpoint), stream))
         if len(entries) >= billed or time.monotonic() > deadline:
             return entries
         time.sleep(0.2)

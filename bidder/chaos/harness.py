@@ -1,0 +1,133 @@
+"""The stack a scenario runs against: its own servers, the bidder, the reconciler.
+
+Every scenario starts private servers (``LocalStack``: Valkey or a local cluster, and
+moto), because it injects faults into them. ``live_bidder`` brings up the whole
+service on them with ``running_bidder`` (workers, admin port) and starts the
+reconciler process itself (``reconciler=False`` in the bidder's settings), so the
+scenario holds that process and can stall it. Both are started from the calling
+thread: children die with the thread that started them (``PR_SET_PDEATHSIG``), so a
+scenario runs its stack from the thread that lives as long as it does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bidder.assemble import pacing_node_id
+from bidder.campaigns import load_campaign_file
+from bidder.reconciler_process import running_reconciler
+from bidder.replay.generator import generate
+from bidder.replay.stream import StreamRecord, read_stream
+from bidder.server import RunningBidder, running_bidder, wait_for_leases
+from bidder.settings import Settings
+from bidder.stack import ChildProcess, LocalStack, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+CAMPAIGNS = REPO / "fixtures" / "openrtb" / "campaigns.json"
+SAMPLE_STREAM = REPO / "fixtures" / "openrtb" / "sample-stream.jsonl.gz"
+STEADY_MIN_RATIO = 0.9999
+"""Issue 8 acceptance: answers within the deadline at half of saturation, no fault."""
+FLOOR_MIN_RATIO = 0.95
+"""Scenarios with no healthy phase to compare with (the others check the drop under
+the fault, ``result.FAULT_RATIO_MARGIN``): the client's view on a shared 2-core machine
+is pessimistic, so a full run requires 95%."""
+SHORT_MIN_RATIO = 0.9
+"""The short form (``make test``): a few thousand requests while other tests load the
+machine."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioOptions:
+    workdir: Path
+    """A scratch directory of the scenario's own (streams, spool, logs)."""
+    short: bool = False
+    """The shortened form ``make test`` runs: small streams, a few seconds each."""
+    rate: float | None = None
+    """``steady``: the replay rate (req/s); None: half of a measured saturation."""
+
+    def min_ratio(self, full: float = FLOOR_MIN_RATIO) -> float:
+        """The within-deadline ratio a scenario requires: ``full`` in a full run, the
+        looser ``SHORT_MIN_RATIO`` in the short form (small samples on a busy machine)."""
+        return SHORT_MIN_RATIO if self.short else full
+
+
+def chaos_settings(stack: LocalStack, workdir: Path, **changes: Any) -> Settings:
+    """Settings of a full bidder on a scenario's own stack: the bundled campaigns, a 1 s
+    pacing tick, the spool in ``workdir``, the reconciler started by the harness."""
+    return (
+        Settings(
+            port=free_port(),
+            admin_port=free_port(),
+            campaigns_path=CAMPAIGNS,
+            valkey_url=stack.valkey_url,
+            valkey_cluster=stack.valkey_cluster,
+            aws_endpoint=stack.aws_endpoint,
+            pacing_tick_s=1.0,
+            lease_refresh_s=0.2,
+            spool_dir=workdir / "spool",
+            reconciler=False,
+        )
+        .replace(**changes)
+        .validate()
+    )
+
+
+@dataclass
+class Live:
+    stack: LocalStack
+    settings: Settings
+    bidder: RunningBidder
+    reconciler: ChildProcess
+
+    @property
+    def target(self) -> str:
+        return f"{self.bidder.bid_url}/openrtb2/bid"
+
+    @property
+    def nodes(self) -> list[str]:
+        return [pacing_node_id(pid) for pid in self.bidder.pool.pids]
+
+
+@contextlib.asynccontextmanager
+async def live_bidder(
+    stack: LocalStack, settings: Settings, breaker_window_s: float | None = None
+) -> AsyncIterator[Live]:
+    """The bidder on ``stack`` with its reconciler, once every worker holds leases.
+
+    ``breaker_window_s``: run the reconciler with this circuit-breaker window instead
+    of the production 60 s, so a short run can trip it.
+    """
+    if breaker_window_s is not None:
+        settings = settings.replace(breaker_window_s=breaker_window_s).validate()
+    async with running_bidder(settings) as bidder:
+        with running_reconciler(settings) as reconciler:
+            live = Live(stack, settings, bidder, reconciler)
+            await asyncio.to_thread(wait_for_leases, settings, live.nodes)
+            yield live
+
+
+def campaign_budgets(path: Path = CAMPAIGNS) -> dict[str, int]:
+    """Daily budget per campaign id, from a campaign file."""
+    return {c.id: c.daily_budget_micros for c in load_campaign_file(path)}
+
+
+def stream_file(workdir: Path, name: str, requests: int, seed: int, **gen: Any) -> Path:
+    """A generated bidstream in ``workdir`` (made once per name)."""
+    path = workdir / f"{name}.jsonl.gz"
+    if not path.exists():
+        generate(path, requests=requests, seed=seed, **gen)
+    return path
+
+
+def records(path: Path, limit: int | None = None) -> list[StreamRecord]:
+    out: list[StreamRecord] = []
+    for record in read_stream(path):
+        if limit is not None and len(out) >= limit:
+            break
+        out.append(record)
+    return out

@@ -1,0 +1,135 @@
+"""Money measurements: acknowledged bills vs the spend stream vs DynamoDB's totals.
+
+After a scenario's replay, while the bidder still runs (workers ship their spools,
+adopt dead workers' segments, the reconciler applies what it reads):
+
+- *acknowledged* bills are what the workers answered as billed
+  (``bidsim_notices_total{outcome="billed"}``) plus journaled notices billed later
+  (``bidsim_deferred_replayed_total{outcome="billed"|"billed_late"}``), from the admin
+  port. A worker killed after counting but before its answer left over-counts: the
+  figure errs towards reporting a loss, never towards hiding one;
+- ``lost`` = acknowledged bills with no distinct ledger entry in the stream, once the
+  stream stops growing or holds them all (bounded wait);
+- the ledger, deduplicated by ledger id, is summed per (UTC day, campaign) and must
+  equal DynamoDB's spend totals once the reconciler has caught up (bounded wait).
+
+Entries a scenario injected itself (``runaway_spend``: a rogue node) carry their own
+Snowflake node id and are kept apart from the bidder's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from bidder.aws import aws_client
+from bidder.ledger import LedgerEntry, decode_entry
+from bidder.settings import Settings
+from pacing.curves import day_of
+from pacing.spend_table import SpendTable
+
+_POLL_S = 0.3
+
+
+def read_ledger(kinesis: Any, stream: str) -> list[LedgerEntry]:
+    """Every entry in the spend stream, as read (duplicates included)."""
+    found: list[LedgerEntry] = []
+    for shard in kinesis.list_shards(StreamName=stream)["Shards"]:
+        iterator = kinesis.get_shard_iterator(
+            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        while iterator:
+            page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
+            found += [decode_entry(record["Data"]) for record in page["Records"]]
+            if not page["Records"]:
+                break
+            iterator = page.get("NextShardIterator")
+    return found
+
+
+def distinct(entries: list[LedgerEntry]) -> list[LedgerEntry]:
+    return list({entry.ledger_id: entry for entry in entries}.values())
+
+
+def sums_by_campaign(entries: list[LedgerEntry]) -> dict[tuple[int, str], int]:
+    sums: dict[tuple[int, str], int] = defaultdict(int)
+    for entry in entries:
+        sums[(day_of(entry.ts_ms), entry.campaign_id)] += entry.cost_micros
+    return dict(sums)
+
+
+@dataclass
+class LedgerAudit:
+    acknowledged: int
+    streamed: int
+    """Distinct ledger entries of the bidder's own nodes in the stream."""
+    lost: int
+    injected: int = 0
+    totals_match: bool = False
+    mismatches: dict[str, Any] = field(default_factory=dict)
+    """Per ``day/campaign``: [DynamoDB total, ledger sum], where they differ."""
+    entries: list[LedgerEntry] = field(default_factory=list)
+    """The distinct entries, injected ones included."""
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "acknowledged_bills": self.acknowledged,
+            "streamed_entries": self.streamed,
+            "injected_entries": self.injected,
+            "ledger_equals_spend_totals": self.totals_match,
+            "totals_mismatches": self.mismatches,
+        }
+
+
+def wait_for_stream(
+    settings: Settings, acknowledged: int, bound_s: float, rogue_nodes: Collection[int] = ()
+) -> LedgerAudit:
+    """The stream once it holds ``acknowledged`` bidder entries, or at the bound (blocking)."""
+    kinesis = aws_client("kinesis", settings.aws_endpoint or "", settings.aws_region)
+    give_up = time.monotonic() + bound_s
+    while True:
+        entries = distinct(read_ledger(kinesis, settings.spend_stream))
+        ours = [e for e in entries if e.node not in rogue_nodes]
+        if len(ours) >= acknowledged or time.monotonic() > give_up:
+            return LedgerAudit(
+                acknowledged, len(ours), max(0, acknowledged - len(ours)),
+                injected=len(entries) - len(ours), entries=entries,
+            )  # fmt: skip
+        time.sleep(_POLL_S)
+
+
+def wait_for_totals(settings: Settings, audit: LedgerAudit, bound_s: float) -> None:
+    """Compare DynamoDB's campaign totals with the ledger's sums until they agree or the
+    bound passes; the outcome goes on ``audit`` (blocking)."""
+    client = aws_client("dynamodb", settings.aws_endpoint or "", settings.aws_region)
+    table = SpendTable(client, settings.spend_table)
+    ledger = sums_by_campaign(audit.entries)
+    days = {day for day, _ in ledger} or {day_of(time.time_ns() // 1_000_000)}
+    campaigns = sorted({campaign for _, campaign in ledger})
+    give_up = time.monotonic() + bound_s
+    while True:
+        dynamo = {
+            (day, name): spent
+            for day in days
+            for name, spent in table.campaign_totals(day, campaigns).items()
+        }
+        diff = {
+            f"{day}/{name}": [spent, ledger.get((day, name), 0)]
+            for (day, name), spent in dynamo.items()
+            if spent != ledger.get((day, name), 0)
+        }
+        if not diff or time.monotonic() > give_up:
+            audit.totals_match, audit.mismatches = not diff, diff
+            return
+        time.sleep(_POLL_S)
+
+
+def spend_beyond_budgets(entries: list[LedgerEntry], budgets: dict[str, int]) -> int:
+    """Micros billed beyond each campaign's daily budget, summed over campaigns and days."""
+    return sum(
+        max(0, spent - budgets.get(campaign, 0))
+        for (_, campaign), spent in sums_by_campaign(entries).items()
+    )

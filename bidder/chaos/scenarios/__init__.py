@@ -1,0 +1,1 @@
+"""One module per chaos scenario; each has ``NAME``, ``INJECTED`` and ``run(options)``."""

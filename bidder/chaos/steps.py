@@ -1,0 +1,131 @@
+"""Steps most scenarios share: run on a private stack, replay a pass, audit the money."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from bidder.chaos.harness import Live, ScenarioOptions, campaign_budgets, chaos_settings
+from bidder.chaos.ledger import (
+    LedgerAudit,
+    spend_beyond_budgets,
+    wait_for_stream,
+    wait_for_totals,
+)
+from bidder.chaos.observe import metric
+from bidder.chaos.result import Checks, ScenarioResult
+from bidder.replay.replayer import ReplayOptions, replay
+from bidder.replay.report import ReplayResult
+from bidder.replay.stream import StreamRecord
+from bidder.settings import Settings
+from bidder.stack import LocalStack
+
+LEDGER_BOUND_S = 45.0
+"""How long the audit waits for the stream and the totals (a dead worker's spool is
+adopted by a live one within 30 s: ``SpendProducer.adopt_every_s``)."""
+
+
+async def replay_pass(
+    live: Live, records: Iterable[StreamRecord], rate: float, **options: object
+) -> ReplayResult:
+    """One open-loop pass at ``rate`` with the bidder's own deadline."""
+    opts = ReplayOptions(rate=rate, deadline_ms=live.settings.deadline_ms, **options)  # type: ignore[arg-type]
+    return await replay(records, live.target, opts)
+
+
+def split(stream: list[StreamRecord], counts: Sequence[int]) -> list[list[StreamRecord]]:
+    """Consecutive slices of ``stream`` of the given sizes (one per pass)."""
+    out, start = [], 0
+    for count in counts:
+        out.append(stream[start : start + count])
+        start += count
+    return out
+
+
+async def acknowledged_bills(admin_url: str) -> int:
+    billed = await metric(admin_url, "bidsim_notices_total", {"outcome": "billed"})
+    for outcome in ("billed", "billed_late"):
+        billed += await metric(admin_url, "bidsim_deferred_replayed_total", {"outcome": outcome})
+    return int(billed)
+
+
+async def audit_money(
+    live: Live,
+    scenario: ScenarioResult,
+    checks: Checks,
+    rogue_nodes: Collection[int] = (),
+    bound_s: float = LEDGER_BOUND_S,
+) -> LedgerAudit:
+    """Every acknowledged bill in the stream, and the stream's sums in DynamoDB: checked."""
+    acknowledged = await acknowledged_bills(live.bidder.admin_url)
+    audit = await asyncio.to_thread(
+        wait_for_stream, live.settings, acknowledged, bound_s, rogue_nodes
+    )
+    await asyncio.to_thread(wait_for_totals, live.settings, audit, bound_s)
+    scenario.lost_ledger_entries = audit.lost
+    scenario.figures.update(audit.figures())
+    checks.expect("lost_ledger_entries", audit.lost, "==", 0)
+    checks.holds(
+        "ledger_sum_equals_spend_totals", audit.mismatches or "equal", audit.totals_match,
+        "DynamoDB campaign totals == ledger sums",
+    )  # fmt: skip
+    return audit
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a scenario's body works with: its options, its result and checks to fill,
+    its own stack, default settings on that stack, and a scratch directory."""
+
+    options: ScenarioOptions
+    scenario: ScenarioResult
+    checks: Checks
+    stack: LocalStack
+    settings: Settings
+    workdir: Path
+
+    @property
+    def short(self) -> bool:
+        return self.options.short
+
+
+def run_on_stack(
+    name: str,
+    injected: str,
+    options: ScenarioOptions,
+    body: Callable[[Run], Coroutine[Any, Any, None]],
+    stack: dict[str, Any] | None = None,
+    **changes: Any,
+) -> ScenarioResult:
+    """Start a private stack (``LocalStack(**stack)``), run ``body`` on a uvloop loop,
+    stop the stack. ``changes`` adjust the default settings (``chaos_settings``). An
+    exception is a failure carrying its message, never an escaped traceback."""
+    scenario = ScenarioResult(name, injected, options.short)
+    checks = Checks()
+    started = time.monotonic()
+    workdir = options.workdir / name
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        with LocalStack(**(stack or {})) as local:
+            settings = chaos_settings(local, workdir, **changes)
+            uvloop.run(body(Run(options, scenario, checks, local, settings, workdir)))
+    except Exception as exc:  # reported in the result; the suite goes on
+        scenario.error = f"{type(exc).__name__}: {exc}"
+        scenario.figures["traceback"] = traceback.format_exc(limit=6).splitlines()[-6:]
+    scenario.checks = checks.items
+    scenario.elapsed_s = time.monotonic() - started
+    return scenario
+
+
+def check_budgets(scenario: ScenarioResult, checks: Checks, audit: LedgerAudit) -> None:
+    """Where a scenario has no bound of its own: no campaign spent beyond its budget."""
+    scenario.overspend_micros = spend_beyond_budgets(audit.entries, campaign_budgets())
+    scenario.overspend_bound_micros = 0
+    checks.expect("spend_beyond_daily_budgets_micros", scenario.overspend_micros, "==", 0)
