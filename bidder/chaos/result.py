@@ -217,9 +217,11 @@ def check_ratio_drop(
     scenario: ScenarioResult,
     healthy: Sequence[ReplayResult],
     fault: Sequence[ReplayResult],
+    margin: float = FAULT_RATIO_MARGIN,
+    phase: str = "fault",
 ) -> None:
-    """The fault phase answers within the deadline about as often as the healthy one."""
+    """The ``phase`` answers within the deadline about as often as the healthy one."""
     before, during = replay_figures(healthy).ratio, replay_figures(fault).ratio
     drop = None if before is None or during is None else round(before - during, 4)
-    scenario.figures.update(healthy_within_deadline=before, fault_within_deadline=during)
-    checks.expect("within_deadline_drop_under_the_fault", drop, "<=", FAULT_RATIO_MARGIN)
+    scenario.figures.update({"healthy_within_deadline": before, f"{phase}_within_deadline": during})
+    checks.expect(f"within_deadline_drop_under_the_{phase}", drop, "<=", margin)

@@ -4,8 +4,9 @@ What is injected: on a 3-master, 1-replica-each local cluster, the master servin
 pacing live-nodes key is killed with SIGKILL (``LocalValkeyCluster.kill``) at the
 first request of the second of three passes (healthy, failover, after: 40% in); its
 replica is promoted by the cluster. The bidder (2 workers, the reconciler, the admin
-port) must reconnect without a restart: no 5xx, the failover pass answering within
-the deadline about as often as the healthy one, the same worker processes throughout,
+port) must reconnect without a restart: no 5xx, the pass after the failover answering within
+the deadline about as often as the healthy one (the failover pass itself within a wider
+margin: ``FAILOVER_MARGIN``), the same worker processes throughout,
 bids in the pass after the failover, every acknowledged bill in the stream and
 DynamoDB's totals equal to the ledger.
 
@@ -39,6 +40,12 @@ RATE = 300.0
 PASSES = {True: (800, 1200, 600), False: (2400, 3600, 1500)}
 """Requests of the healthy, failover (the kill at its first request) and after passes."""
 PROMOTION_BOUND_S = 10.0
+FAILOVER_MARGIN = 0.15
+"""How much lower the failover pass's within-deadline share may be than the healthy
+pass's. Until the promotion (~2.5 s, a large part of a short pass) a third of the keys
+have no master: a request touching them spends its cap check's timeout (4 ms) and then
+its dedup claim's, so on a busy machine some answer a little past 8 ms. The pass after
+the failover is held to the usual margin: the bidder must be whole again."""
 
 
 def missing_feature() -> str | None:
@@ -120,7 +127,8 @@ def _check(run: Run, passes: list[ReplayResult], promotion_s: float | None, same
         cap_over_delivery="measured by tests/chaos/test_cluster_failover.py (notice tokens)",
     )
     record_answers(checks, run.scenario, passes, None)
-    check_ratio_drop(checks, run.scenario, passes[:1], passes[1:2])
+    check_ratio_drop(checks, run.scenario, passes[:1], passes[1:2], FAILOVER_MARGIN)
+    check_ratio_drop(checks, run.scenario, passes[:1], passes[2:], phase="after")
     checks.expect("promotion_s", promotion_s, "<=", PROMOTION_BOUND_S)
     checks.expect("same_worker_processes_throughout", same, "==", True)
     checks.expect("bids_after_the_failover", passes[2].status[200], ">", 0)
