@@ -31,13 +31,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 import aiohttp
 import orjson
 import pytest
 import redis
-from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 from redis.crc import key_slot
 
@@ -46,12 +44,13 @@ from bidder.campaigns import load_campaign_file
 from bidder.chaos.ledger import read_ledger
 from bidder.cluster import LocalValkeyCluster, ValkeyNode
 from bidder.replay.generator import generate
+from bidder.replay.notice_recorder import NoticeRecorder
 from bidder.replay.replayer import ReplayOptions, ReplayResult, replay
 from bidder.replay.report import status_classes
 from bidder.replay.stream import StreamRecord, read_stream
 from bidder.server import running_bidder
 from bidder.settings import Settings
-from bidder.stack import LocalStack, free_port
+from bidder.stack import LocalStack
 from bidder.tokens import TokenSigner
 from fcap import keys
 from fcap.audit import OverDelivery, cap_over_delivery, claims_from_notice_urls
@@ -86,30 +85,6 @@ APP_PROBE = {
     "device": {"devicetype": 2, "geo": {"country": "DEU"}},
     "regs": {"gdpr": 0},
 }
-
-
-class NoticeRecorder:
-    """The exchange's side of the notice path: forwards each notice, keeps URL and answer."""
-
-    def __init__(self) -> None:
-        self.port, self.target = free_port(), ""
-        self.answers: list[tuple[str, int]] = []
-
-    async def handle(self, request: web.Request) -> web.Response:
-        async with (
-            aiohttp.ClientSession() as session,
-            session.get(self.target + request.path_qs) as resp,
-        ):
-            body = await resp.read()
-        self.answers.append((request.path_qs, resp.status))
-        return web.Response(status=resp.status, body=body)
-
-    def tokens_answered(self, status: int) -> set[str]:
-        return {t for url, s in self.answers if s == status for t in _tokens(url)}
-
-
-def _tokens(path_qs: str) -> list[str]:
-    return parse_qs(path_qs.partition("?")[2]).get("t", [])
 
 
 @dataclass
@@ -223,7 +198,7 @@ def _settings(stack: LocalStack, recorder: NoticeRecorder, tmp_path: Path) -> Se
         # deadline would hide the failover behind deadline no-bids.
         deadline_ms=50.0,
         fcap_check_timeout_ms=25.0,
-        public_url=f"http://127.0.0.1:{recorder.port}",
+        public_url=recorder.public_url,
         notice_keys=(("k1", KEY),),
     )
 
@@ -232,23 +207,17 @@ async def _run(stack: LocalStack, tmp: Path) -> Outcome:
     stream = tmp / "stream.jsonl.gz"
     generate(stream, REQUESTS, seed=23, mean_rate=RATE, heavy_users=10, heavy_share=0.3)
     recorder = NoticeRecorder()
-    app = web.Application()
-    app.router.add_get("/notice/{kind}", recorder.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", recorder.port).start()
     settings = _settings(stack, recorder, tmp)
     recorder.target = f"http://{settings.host}:{settings.port}"
     failover = await asyncio.to_thread(Failover.of, stack.cluster)
     try:
-        async with running_bidder(settings) as bidder:
+        async with recorder, running_bidder(settings) as bidder:
             pids = list(bidder.pool.pids)
             result, probes, replay_ms = await _replay(bidder.bid_url, stream, failover)
             metrics = await _settled(bidder.admin_url)
             in_valkey = await asyncio.to_thread(_renewed, settings, failover)
             same = bidder.pool.pids == pids and bidder.pool.alive() == len(pids)
     finally:
-        await runner.cleanup()
         await asyncio.to_thread(failover.close)
     kinesis = aws_client("kinesis", stack.aws_endpoint)
     ledger = await asyncio.to_thread(read_ledger, kinesis, settings.spend_stream)
@@ -397,7 +366,7 @@ def test_notices_are_billed_after_the_failover(outcome: Outcome) -> None:
 
 
 def test_every_deferred_notice_is_billed(outcome: Outcome) -> None:
-    deferred = {SIGNER.verify(t).bid_id for t in outcome.recorder.tokens_answered(202)}
+    deferred = {SIGNER.verify(t).bid_id for t in outcome.recorder.tokens(202)}
     assert deferred <= outcome.ledger_ms.keys()
 
 

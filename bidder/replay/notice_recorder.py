@@ -1,0 +1,71 @@
+"""The exchange's side of the notice path, recorded: forwards each notice, keeps URL and answer.
+
+A bidder started with ``public_url`` pointing here signs its nurl/burl for this
+server; the replay's exchange model calls them, and the recorder forwards each call to
+the bidder (``target``) and keeps the path with its query (the signed token is the
+``t`` parameter) and the bidder's status. Audits use the tokens: their claims name
+the user, household, campaign, creative and bid instant of each impression
+(``fcap.audit.claims_from_notice_urls``).
+
+    recorder = NoticeRecorder()                 # picks a free loopback port
+    settings = ...(public_url=recorder.public_url)
+    recorder.target = bid_url                   # once the bidder's address is known
+    async with recorder:                        # serves until the block ends
+        ...
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from urllib.parse import parse_qs
+
+import aiohttp
+from aiohttp import web
+
+from bidder.stack import free_port
+
+
+class NoticeRecorder:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host, self.port, self.target = host, free_port(), ""
+        self.answers: list[tuple[str, int]] = []
+        """(path with query, the bidder's status) of every notice forwarded, in order."""
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def public_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def statuses(self) -> Counter[int]:
+        return Counter(status for _, status in self.answers)
+
+    def tokens(self, status: int | None = None) -> list[str]:
+        """The notice tokens forwarded (only those the bidder answered ``status``)."""
+        return [
+            token
+            for path_qs, answered in self.answers
+            if status is None or answered == status
+            for token in parse_qs(path_qs.partition("?")[2]).get("t", [])
+        ]
+
+    async def __aenter__(self) -> NoticeRecorder:
+        app = web.Application()
+        app.router.add_get("/notice/{kind}", self._forward)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _forward(self, request: web.Request) -> web.Response:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(self.target + request.path_qs) as resp,
+        ):
+            body = await resp.read()
+        self.answers.append((request.path_qs, resp.status))
+        return web.Response(status=resp.status, body=body)
