@@ -3,8 +3,8 @@
 A duplicate-heavy generated stream (half the auctions sent through 2-3 SSPs 1-4 ms
 apart, sharing ``source.tid``) is replayed open-loop against ``running_bidder`` (two
 worker processes, so copies of one auction meet only in Valkey; the reconciler; a
-private Valkey + moto), through ``RecordingProxy``, which hands every answer and the
-request it answered to the report's duplicate-auctions tally.
+private Valkey + moto); the replay report's duplicate-auctions tally counts every copy
+with its answer.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
 import pytest
 
-from bidder.replay._dedup_probe import RecordingProxy
+from bidder.chaos.observe import metric
 from bidder.replay._duplicates import DuplicateSummary
 from bidder.replay.generator import generate
 from bidder.replay.replayer import ReplayOptions, replay
@@ -28,6 +27,7 @@ from bidder.settings import Settings
 from bidder.stack import LocalStack
 from tests.bidder.live import stack_settings
 
+CLAIMS = "bidsim_dedup_claims_total"
 HOLD_MS = 10.0
 """Generous next to the copies' 1-4 ms spread, so the hold's effect shows through a
 busy machine's jitter (the deadline below leaves room for it)."""
@@ -67,23 +67,14 @@ def run(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 
 async def _run(settings: Settings, stream: Path) -> Run:
-    result = ReplayResult(deadline_ms=settings.deadline_ms)
-    records = list(read_stream(stream))
-    async with running_bidder(settings) as bidder, RecordingProxy(bidder.bid_url, result) as proxy:
-        await replay(records, proxy.url, ReplayOptions(deadline_ms=settings.deadline_ms))
-        claims = await _claims(bidder.admin_url)
+    options = ReplayOptions(deadline_ms=settings.deadline_ms, path_policy=settings.path_policy)
+    async with running_bidder(settings) as bidder:
+        result = await replay(list(read_stream(stream)), f"{bidder.bid_url}/openrtb2/bid", options)
+        claims = {
+            outcome: int(await metric(bidder.admin_url, CLAIMS, {"outcome": outcome}))
+            for outcome in ("won", "duplicate", "unavailable", "late", "no_tid")
+        }
     return Run(result, result.duplicates.summary(), claims)
-
-
-async def _claims(admin_url: str) -> dict[str, int]:
-    async with aiohttp.ClientSession() as session, session.get(f"{admin_url}/metrics") as resp:
-        text = await resp.text()
-    prefix = 'bidsim_dedup_claims_total{outcome="'
-    return {
-        line[len(prefix) :].split('"')[0]: int(float(line.split()[1]))
-        for line in text.splitlines()
-        if line.startswith(prefix)
-    }
 
 
 def test_the_stream_has_duplicate_groups_that_bid(run: Run) -> None:
