@@ -107,11 +107,8 @@ def _local_stack(args: argparse.Namespace, settings: Settings) -> LocalStack:
 
 
 def _on_stack(settings: Settings, stack: LocalStack) -> Settings:
-    return settings.replace(
-        valkey_url=stack.valkey_url,
-        valkey_cluster=settings.valkey_cluster or stack.valkey_cluster,
-        aws_endpoint=stack.aws_endpoint,
-    )
+    # --local-cluster already made the settings a cluster's (settings_from_args).
+    return settings.replace(valkey_url=stack.valkey_url, aws_endpoint=stack.aws_endpoint)
 
 
 # --- serve -----------------------------------------------------------------------------
