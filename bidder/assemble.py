@@ -241,7 +241,7 @@ async def _keep_model_fresh(pricer: Pricer, interval_s: float) -> None:
 def _profile_cache(settings: Settings, endpoint: str, clock: Clock) -> ProfileCache:
     table = ProfileTable(profile_client(endpoint, settings.aws_region), settings.profiles_table)
     config = CacheConfig(ttl_s=settings.profile_ttl_s, capacity=settings.profile_cache_size)
-    return ProfileCache(table.get, clock, config)
+    return ProfileCache(table.get_many, clock, config)
 
 
 async def _capper(settings: Settings, url: str) -> FrequencyCapper:

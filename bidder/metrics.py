@@ -39,7 +39,7 @@ PROFILE_LOOKUPS = Counter(
 )
 PROFILE_FILLS = Counter(
     "bidsim_profile_fills",
-    "Background profile fills by outcome (found, absent, error, dropped).",
+    "Background profile fills by outcome, in keys (found, absent, unanswered, error, dropped).",
     ["outcome"],
 )
 PROFILE_FILL_LATENCY = Histogram(

@@ -85,7 +85,7 @@ def delta(after: Counts, before: Counts, metric: str, label: str) -> int:
 def pass_figures(before: Counts, after: Counts, result: ReplayResult) -> dict[str, Any]:
     hits = delta(after, before, LOOKUPS, "hit")
     misses = delta(after, before, LOOKUPS, "miss")
-    fills = ("found", "absent", "error", "dropped")
+    fills = ("found", "absent", "unanswered", "error", "dropped")
     return {
         "hit_rate": round(hits / (hits + misses), 4) if hits + misses else 0.0,
         "hits": hits,

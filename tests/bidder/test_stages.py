@@ -112,7 +112,7 @@ def test_us_privacy_opt_out_allows_only_a_contextual_bid() -> None:
 
 
 def _cache(profiles: dict[str, Profile]) -> ProfileCache:
-    return ProfileCache(profiles.get, ManualClock())
+    return ProfileCache(lambda keys: {k: profiles.get(k) for k in keys}, ManualClock())
 
 
 @pytest.mark.asyncio

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from bidder.aws import aws_client
-from bidder.profiles import ProfileTable
+from bidder.profiles import MAX_BATCH_KEYS, Profile, ProfileTable
 from bidder.replay.generator import generate
 from models.cli import add_commands, stream_user_keys
 from models.scorer import Scorer
@@ -61,7 +61,9 @@ def test_profiles_load_writes_the_profiles_of_the_streams_users(
     assert _run([*argv, "--stream", str(stream)]) == 0
     store = ProfileTable(aws_client("dynamodb", aws_endpoint), table)
     keys = sorted(set(stream_user_keys(stream)))
-    stored = {key: store.get(key) for key in keys}
+    stored: dict[str, Profile | None] = {}
+    for start in range(0, len(keys), MAX_BATCH_KEYS):
+        stored.update(store.get_many(keys[start : start + MAX_BATCH_KEYS]))
     assert {k for k, p in stored.items() if p is not None} == {
         k for k in keys if synth_profile(k, 0) is not None
     }
