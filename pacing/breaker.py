@@ -1,22 +1,55 @@
 """The circuit breaker: pause a campaign whose spend runs far ahead of its target.
 
 Each reconciler tick reports the spend applied in the interval just ended and the
-target spend of that interval (from the curve). The breaker trips when the spend has
-been above ``ratio`` x target in every interval for ``window_s`` seconds in a row
-(by default 3x for 60 s). A tripped breaker stays open for the rest of the pacing day
-(or until ``reset``): a runaway is a bug to look at, not a blip to retry.
+target spend of that interval (from the curve). The breaker trips ``window_s`` seconds
+(by default 60) after a runaway began, if the spend has stayed above ``ratio`` x target
+(3x) since. A tripped breaker stays open for the rest of the pacing day (or until
+``reset``): a runaway is a bug to look at, not a blip to retry.
+
+"Stayed above": every interval is over the ratio, with one tolerance. Spend reaches the
+reconciler in lumps (a producer stalls, a batch lands just after a tick reads), so one
+interval under the ratio does not end a runaway while the spend since it began is still
+above ``ratio`` x the target since then; a second interval under it in a row does. So a
+lone spike followed by normal spend is forgotten after two intervals, and spend that
+alternates between 3.5x and 1x (2.25x overall) never trips.
+
+When did it begin? Ticks do not line up with a runaway: one that starts late in an
+interval may leave that interval under the ratio, so the first interval over it can
+start up to one interval after the runaway did. The breaker therefore dates the
+runaway from the start of the last interval that ended a streak (or of the first
+interval over, when there was none before it): the earliest it can have begun, so the
+pause comes within ``window_s`` of the real start whatever its phase against the
+ticks. The price: the evidence can be one interval shorter than ``window_s`` (55 s of
+the default 60 at 5 s ticks). Counting from the first over interval instead made a
+live runaway pause up to a tick late.
 """
 
 from __future__ import annotations
 
 
 class Breaker:
-    __slots__ = ("_over_since", "ratio", "tripped_at", "window_s")
+    __slots__ = (
+        "_calm_since",
+        "_over_since",
+        "_streak_spend",
+        "_streak_target",
+        "_under",
+        "ratio",
+        "tripped_at",
+        "window_s",
+    )
 
     def __init__(self, ratio: float = 3.0, window_s: float = 60.0) -> None:
         self.ratio = ratio
         self.window_s = window_s
         self._over_since: float | None = None
+        """When the current runaway began (dated as the module doc says); None: no streak."""
+        self._calm_since: float | None = None
+        """Start of the interval that last ended a streak: the earliest a runaway can begin."""
+        self._streak_spend = 0
+        self._streak_target = 0
+        self._under = False
+        """The streak's previous interval was under the ratio (its one tolerance used)."""
         self.tripped_at: float | None = None
 
     @property
@@ -28,16 +61,32 @@ class Breaker:
         """Record one interval (``now_s - dt``, ``now_s``]; True if this call trips it."""
         if self.open:
             return False
-        if spend > self.ratio * max(target, 0) and spend > 0:
-            if self._over_since is None:
-                self._over_since = now_s - dt
-            if now_s - self._over_since >= self.window_s - 1e-9:
-                self.tripped_at = now_s
-                return True
-        else:
-            self._over_since = None
+        target = max(target, 0)
+        over = spend > self.ratio * target and spend > 0
+        if self._over_since is None:
+            if not over:
+                self._calm_since = now_s - dt
+                return False
+            self._over_since = now_s - dt if self._calm_since is None else self._calm_since
+            self._streak_spend = self._streak_target = 0
+        self._streak_spend += spend
+        self._streak_target += target
+        if not over:
+            still = self._streak_spend > self.ratio * self._streak_target
+            if self._under or not still:
+                self._end_streak(now_s - dt)
+                return False
+        self._under = not over
+        if now_s - self._over_since >= self.window_s - 1e-9:
+            self.tripped_at = now_s
+            return True
         return False
 
     def reset(self) -> None:
-        self._over_since = None
+        self._end_streak(None)
         self.tripped_at = None
+
+    def _end_streak(self, calm_since: float | None) -> None:
+        self._over_since = None
+        self._calm_since = calm_since
+        self._under = False

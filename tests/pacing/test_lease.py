@@ -152,10 +152,65 @@ def test_breaker_trips_after_a_full_window_over_ratio() -> None:
 
 def test_breaker_forgets_a_burst_that_ends() -> None:
     breaker = Breaker(ratio=3.0, window_s=60.0)
-    for k in range(1, 12):
-        breaker.observe(5.0 * k, 5.0, spend=400, target=100)
-    breaker.observe(60.0, 5.0, spend=100, target=100)
-    assert not any(breaker.observe(60.0 + 5 * k, 5.0, 400, 100) for k in range(1, 12))
+    for k in range(1, 7):
+        breaker.observe(5.0 * k, 5.0, spend=400, target=100)  # 30 s over
+    breaker.observe(35.0, 5.0, spend=100, target=100)
+    breaker.observe(40.0, 5.0, spend=100, target=100)  # a second calm interval ends it
+    tripped = [breaker.observe(40.0 + 5 * k, 5.0, 400, 100) for k in range(1, 12)]
+    # the new runaway is dated from the last calm interval's start (35 s), not from 0 s
+    assert tripped == [False] * 10 + [True]
+    assert breaker.tripped_at == 95.0
+
+
+def test_one_quiet_interval_does_not_end_a_runaway() -> None:
+    """Spend arrives in lumps: a tick that read none of the runaway's spend."""
+    breaker = Breaker(ratio=3.0, window_s=60.0)
+    spends = [400] * 5 + [0] + [400] * 6
+    tripped = [breaker.observe(5.0 * k, 5.0, s, 100) for k, s in enumerate(spends, start=1)]
+    assert tripped == [False] * 11 + [True]
+
+
+def test_a_lone_spike_then_normal_spend_never_trips() -> None:
+    breaker = Breaker(ratio=3.0, window_s=60.0)
+    spends = [10_000] + [100] * 30
+    assert not any(breaker.observe(5.0 * k, 5.0, s, 100) for k, s in enumerate(spends, start=1))
+
+
+def test_spend_alternating_above_and_below_the_ratio_but_under_it_overall_never_trips() -> None:
+    breaker = Breaker(ratio=3.0, window_s=60.0)
+    spends = [350, 100] * 15  # 2.25x overall
+    assert not any(breaker.observe(5.0 * k, 5.0, s, 100) for k, s in enumerate(spends, start=1))
+
+
+def test_breaker_dates_a_runaway_from_the_last_calm_interval() -> None:
+    """A runaway that began late in (5, 10] left it under the ratio; it may have begun
+    just after 5 s, so the pause is due by 65 s, not 70 s."""
+    breaker = Breaker(ratio=3.0, window_s=60.0)
+    breaker.observe(5.0, 5.0, spend=100, target=100)
+    breaker.observe(10.0, 5.0, spend=200, target=100)  # the runaway's partial interval
+    tripped = [breaker.observe(10.0 + 5 * k, 5.0, spend=400, target=100) for k in range(1, 12)]
+    assert tripped == [False] * 10 + [True]
+    assert breaker.tripped_at == 65.0
+
+
+@given(
+    start=st.floats(0.0, 30.0),
+    tick=st.sampled_from([1.0, 2.5, 5.0]),
+    calm_share=st.floats(0.0, 1.0),
+)
+def test_breaker_pauses_within_its_window_of_the_runaway_start(
+    start: float, tick: float, calm_share: float
+) -> None:
+    """Whatever the phase of the runaway against the ticks, and whether its partial
+    first interval is over the ratio or not, the trip comes within 60 s of its start,
+    and at most two intervals sooner."""
+    breaker, now = Breaker(ratio=3.0, window_s=60.0), 0.0
+    while breaker.tripped_at is None:
+        now += tick
+        running = max(0.0, min(tick, now - start))  # seconds of runaway in this interval
+        over = running == tick or (running > 0 and calm_share < 0.5)
+        breaker.observe(now, tick, spend=400 if over else 100, target=100)
+    assert start + 60.0 - 2 * tick - 1e-9 <= breaker.tripped_at <= start + 60.0 + 1e-9
 
 
 def _book_with_one_lease(per_node: int = 100, nodes: int = 2) -> LeaseBook:
