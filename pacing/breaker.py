@@ -19,9 +19,12 @@ start up to one interval after the runaway did. The breaker therefore dates the
 runaway from the start of the last interval that ended a streak (or of the first
 interval over, when there was none before it): the earliest it can have begun, so the
 pause comes within ``window_s`` of the real start whatever its phase against the
-ticks. The price: the evidence can be one interval shorter than ``window_s`` (55 s of
-the default 60 at 5 s ticks). Counting from the first over interval instead made a
-live runaway pause up to a tick late.
+ticks. And it trips at the last tick before the pause would be late: when the next
+tick, one interval like the last one away, would come after ``window_s``. The price:
+the evidence can be up to two intervals shorter than ``window_s`` (50-55 s of the
+default 60 at 5 s ticks; 58-59 s at the chaos suite's 1 s ticks). Counting from the
+first over interval and tripping at the first tick past the window made a live
+runaway pause up to 1.1 s late at 1 s ticks (reconciler ticks are not exactly 1 s).
 """
 
 from __future__ import annotations
@@ -77,7 +80,9 @@ class Breaker:
                 self._end_streak(now_s - dt)
                 return False
         self._under = not over
-        if now_s - self._over_since >= self.window_s - 1e-9:
+        # Trip now if the next tick (one more interval like this one) would come after the
+        # pause is due: ticks are discrete, and the promise is a pause *within* window_s.
+        if now_s + dt - self._over_since > self.window_s + 1e-9:
             self.tripped_at = now_s
             return True
         return False

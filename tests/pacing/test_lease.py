@@ -162,6 +162,14 @@ def test_breaker_forgets_a_burst_that_ends() -> None:
     assert breaker.tripped_at == 95.0
 
 
+def test_breaker_trips_at_the_last_tick_before_the_window_ends() -> None:
+    """Ticks 0.9 s apart from 0 s: the one at 59.4 s trips, the next (60.3 s) would be late."""
+    breaker = Breaker(ratio=3.0, window_s=60.0)
+    ticks = [round(0.9 * k, 1) for k in range(1, 68)]
+    tripped = [t for t in ticks if breaker.observe(t, 0.9, spend=400, target=100)]
+    assert tripped == [59.4]
+
+
 def test_one_quiet_interval_does_not_end_a_runaway() -> None:
     """Spend arrives in lumps: a tick that read none of the runaway's spend."""
     breaker = Breaker(ratio=3.0, window_s=60.0)
