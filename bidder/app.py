@@ -2,7 +2,8 @@
 
 Theory of operation for a bid request: the deadline is fixed at receipt
 (``received + deadline_ms``, tightened to ``tmax - network allowance`` once the
-request says its tmax). Every await after receipt is bounded by it with
+request says its tmax); the stages must be done ``answer_margin_ms`` before it, the
+time it takes to write the answer. Every await after receipt is bounded by it with
 ``asyncio.timeout_at``: the body read when part of the body is still in flight,
 and each pipeline stage that does I/O (see ``bidder.pipeline``). Pure work can't
 be interrupted, so the deadline is checked once more before a bid goes out.
@@ -97,6 +98,7 @@ class BidHandler:
         self._settings = state.settings
         self._budget_s = state.settings.deadline_ms / 1000
         self._allowance_s = state.settings.network_allowance_ms / 1000
+        self._margin_s = state.settings.answer_margin_ms / 1000
         self._shed_lag_s = state.settings.shed_lag_s
         self._gate = InFlightGate(state.settings.max_in_flight)
         self._lag = LoopLag(state.clock)
@@ -193,10 +195,12 @@ class BidHandler:
             return await read_body(request, self._settings.max_body_bytes)
 
     def _deadline(self, received: float, tmax_ms: int | None) -> float:
+        """When the stages must be done: the answer's last byte is due at the deadline,
+        and writing it takes the margin."""
         deadline = received + self._budget_s
         if tmax_ms is not None:
             deadline = min(deadline, received + tmax_ms / 1000 - self._allowance_s)
-        return deadline
+        return deadline - self._margin_s
 
 
 class NoticeHandler:

@@ -42,6 +42,12 @@ def add_bidder_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workers", type=int, default=_D.workers, help="worker processes")
     g.add_argument("--deadline-ms", type=float, default=_D.deadline_ms)
     g.add_argument("--network-allowance-ms", type=float, default=_D.network_allowance_ms)
+    g.add_argument(
+        "--answer-margin-ms",
+        type=float,
+        default=_D.answer_margin_ms,
+        help="stages stop this long before the deadline, to write the answer by it",
+    )
     g.add_argument("--max-body-bytes", type=int, default=_D.max_body_bytes)
     g.add_argument("--max-in-flight", type=int, default=_D.max_in_flight)
     g.add_argument(
@@ -127,6 +133,7 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         workers=args.workers,
         deadline_ms=args.deadline_ms,
         network_allowance_ms=args.network_allowance_ms,
+        answer_margin_ms=args.answer_margin_ms,
         max_body_bytes=args.max_body_bytes,
         max_in_flight=args.max_in_flight,
         shed_lag_ms=args.shed_lag_ms,

@@ -36,6 +36,8 @@ class Settings:
     """Hard internal deadline, from receipt to the last byte of the answer."""
     network_allowance_ms: float = 20.0
     """The deadline is never later than the request's tmax minus this allowance."""
+    answer_margin_ms: float = 0.5
+    """Stages stop this long before the deadline, so the answer is written by it."""
     max_body_bytes: int = 256 * 1024
     """Cap on the request body, before and after gzip decoding."""
     max_in_flight: int = 256
@@ -168,6 +170,11 @@ class Settings:
                 f"--deadline-ms must be 0.5-1000, got {self.deadline_ms}",
             ),
             (self.network_allowance_ms >= 0, "--network-allowance-ms must not be negative"),
+            (
+                0 <= self.answer_margin_ms < self.deadline_ms,
+                f"--answer-margin-ms must be 0 or more and below --deadline-ms ({self.deadline_ms})"
+                f", got {self.answer_margin_ms}",
+            ),
             (1024 <= self.max_body_bytes <= 16 << 20, "--max-body-bytes must be 1 KiB-16 MiB"),
             (1 <= self.max_in_flight <= 1_000_000, "--max-in-flight must be 1-1000000"),
             (

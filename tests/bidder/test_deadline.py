@@ -47,6 +47,17 @@ class BlockingStage:
         return None
 
 
+class DeadlineProbe:
+    """Records the time a stage is given, from the request's receipt to its deadline."""
+
+    def __init__(self) -> None:
+        self.budgets_s: list[float] = []
+
+    async def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        self.budgets_s.append(deadline - ctx.received)
+        return None
+
+
 class FailingStage:
     async def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
         raise RuntimeError("a bug in a stage")
@@ -64,6 +75,18 @@ def bidder_with(bidder_settings: Settings) -> Iterator[StartBidder]:
     """Starts live bidders with one extra stage; all are stopped after the test."""
     with contextlib.ExitStack() as running:
         yield lambda stage: running.enter_context(LiveBidder(bidder_settings, stages=_with(stage)))
+
+
+def test_stages_must_finish_the_answer_margin_before_the_deadline(
+    bidder_with: StartBidder, bidder_settings: Settings
+) -> None:
+    """The deadline is for the answer's last byte; writing it takes the margin."""
+    probe = DeadlineProbe()
+    bidder = bidder_with(probe)
+    bidder.post(SIMPLE_BANNER)
+    expected_ms = bidder_settings.deadline_ms - bidder_settings.answer_margin_ms
+    assert bidder_settings.answer_margin_ms > 0
+    assert probe.budgets_s == [pytest.approx(expected_ms / 1000)]
 
 
 def test_a_stalled_stage_is_cut_off_at_the_deadline(bidder_with: StartBidder) -> None:

@@ -16,6 +16,7 @@ BAD: dict[str, tuple[str, Any]] = {
     "workers": ("--workers", 0),
     "deadline_ms": ("--deadline-ms", 0.1),
     "network_allowance_ms": ("--network-allowance-ms", -1.0),
+    "answer_margin_ms": ("--answer-margin-ms", 8.0),
     "max_body_bytes": ("--max-body-bytes", 100),
     "campaign_refresh_s": ("--campaign-refresh-s", 0.5),
     "campaigns_path": ("--campaigns", Path("/nonexistent/campaigns.json")),
