@@ -37,7 +37,8 @@ from bidder.deferred import EXACT_REPLAY_ALLOWANCE_MS, DeferredJournal
 from bidder.eligibility import EligibilityPolicy
 from bidder.notices import MAX_SKEW_MS
 from bidder.pipeline import Stage
-from bidder.profiles import CacheConfig, ProfileCache, ProfileTable, profile_client
+from bidder.profile_cache import CacheConfig, ProfileCache
+from bidder.profiles import ProfileTable, profile_client
 from bidder.response import NoticeUrls
 from bidder.settings import Settings
 from bidder.sinks import CapCounter, LeaseDebit

@@ -33,7 +33,7 @@ INTERNAL_ERRORS = Counter("bidsim_internal_errors", "Bugs caught on the bid path
 
 NOBID_BY_REASON = {reason: NOBIDS.labels(reason.value) for reason in NoBid}
 
-# Stage 5: the profile cache (bidder.profiles). Hit rate = hit / (hit + miss).
+# Stage 5: the profile cache (bidder.profile_cache). Hit rate = hit / (hit + miss).
 PROFILE_LOOKUPS = Counter(
     "bidsim_profile_lookups", "Profile cache lookups on the bid path by result.", ["result"]
 )

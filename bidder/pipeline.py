@@ -10,7 +10,7 @@ the cheapest stage that can decide should:
     2. partner rate limit           bidder.ratelimit, in the handler before the body is read
     3. consent, then eligibility    bidder.consent, bidder.eligibility
     4. supply chain                 bidder.schain (caches: bidder.supply_files)
-    5. identity + profile           bidder.identity, bidder.profiles
+    5. identity + profile           bidder.identity, bidder.profile_cache
     6. budget / pacing              pacing.node
     7. frequency cap                fcap.capper
     8. score + price                models.serving
@@ -66,7 +66,7 @@ class Context:
     """Stage 5's one key for this person (``bidder.identity``); None when anonymous."""
     household_key: str | None = None
     profile: Any = None
-    """The user's profile when stage 5 had it in cache (``bidder.profiles``)."""
+    """The user's profile when stage 5 had it in cache (``bidder.profile_cache``)."""
     finishers: list[Finisher] = field(default_factory=list)
     """Called once with the bids sent (none on a no-bid), e.g. to release fcap slots."""
 

@@ -14,7 +14,7 @@ from bidder.ledger import cost_of
 from bidder.nobid import NoBid
 from bidder.pipeline import Context, PricedCandidate, StageResult
 from bidder.pricing import base_price
-from bidder.profiles import ProfileCache
+from bidder.profile_cache import ProfileCache
 from bidder.schain import apply_policy, verify
 from bidder.supply_files import SupplyCache
 from fcap import FrequencyCapper, Reservation, Subject, Verdict

@@ -21,14 +21,10 @@ from bidder.aws import aws_client
 from bidder.clock import ManualClock
 from bidder.identity import identify
 from bidder.openrtb import InvalidRequest, parse_bid_request
+from bidder.profile_cache import MISS, CacheConfig, FetchMany, Lookup, ProfileCache
 from bidder.profiles import (
     MAX_BATCH_KEYS,
-    MISS,
-    CacheConfig,
-    FetchMany,
-    Lookup,
     Profile,
-    ProfileCache,
     ProfileStoreError,
     ProfileTable,
     profile_client,

@@ -14,7 +14,8 @@ from bidder.eligibility import Candidate
 from bidder.nobid import NoBid
 from bidder.openrtb import parse_bid_request
 from bidder.pipeline import Context
-from bidder.profiles import Profile, ProfileCache
+from bidder.profile_cache import ProfileCache
+from bidder.profiles import Profile
 from bidder.stages import ConsentStage, PacingStage, ProfileStage
 from pacing import Lease, NodePacer
 from tests.bidder.conftest import CAMPAIGNS
