@@ -9,11 +9,12 @@ balancer stops sending).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
 from bidder.valkey import AsyncValkey, connect_async
 
@@ -26,12 +27,15 @@ def build_admin_app(
     workers: int,
     valkey_url: str | None,
     valkey_cluster: bool = False,
+    collectors: Sequence[Collector] = (),
 ) -> web.Application:
     """``valkey_cluster``: ``valkey_url`` is a Valkey Cluster node; the PING then goes
     to the client's default node (health asks "can we reach the cluster", not each
-    primary)."""
+    primary). ``collectors``: the supervisor's own metrics, beside the workers'."""
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=metrics_dir)
+    for collector in collectors:
+        registry.register(collector)
     valkey = (
         connect_async(valkey_url, cluster=valkey_cluster, timeout_s=_PING_TIMEOUT_S)
         if valkey_url

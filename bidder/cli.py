@@ -136,11 +136,7 @@ async def _serve_until_stopped(settings: Settings) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        while not stop.is_set():
-            if bidder.pool.alive() < settings.workers:
-                log.error("a worker process died; shutting down")
-                return 1
-            await asyncio.wait([asyncio.ensure_future(stop.wait())], timeout=1.0)
+        await stop.wait()  # a worker that dies meanwhile is replaced by the pool
     return 0
 
 

@@ -38,7 +38,7 @@ from bidder.settings import Settings
 from bidder.spend_stream import ensure_ledger_resources
 from bidder.tokens import generate_key
 from bidder.valkey import connect_sync
-from bidder.workers import WorkerPool
+from bidder.workers import PoolCollector, WorkerPool
 from models.scorer import ModelHandle
 from pacing.lease_store import leases_key
 
@@ -125,6 +125,7 @@ async def running_bidder(settings: Settings) -> AsyncIterator[RunningBidder]:
                 settings.workers,
                 settings.valkey_url,
                 settings.valkey_cluster,
+                collectors=[PoolCollector(pool)],
             ),
             access_log=None,
         )

@@ -55,6 +55,7 @@ async def test_two_workers_serve_one_port_and_the_admin_port_sums_their_metrics(
     assert statuses == [200] * 60
     assert _metric(metrics, "bidsim_bid_latency_seconds_count") == 60
     assert _metric(metrics, "bidsim_bids_total") == 60
+    assert _metric(metrics, "bidsim_workers_alive") == 2  # the supervisor's own metrics
     assert health == (200, {"status": "ok", "workers": 2, "workers_alive": 2, "valkey": "ok"})
 
 
