@@ -6,7 +6,9 @@ campaign book's subjects (``fcap.build_subjects``). For every cap an impression 
 checked against, the audit counts the earlier impressions of the same counter (user
 or household key, rule token) that still counted at its bid instant, with the same
 pure window rules the bidder uses (``fcap.rules.counts_at``). At ``limit`` or more
-the impression is *above the cap*: it should not have been delivered.
+the impression is *above the cap*: it should not have been delivered. One that
+brings a counter to its limit is counted in ``reached_limit``: the replay tested
+that cap, so a zero over-delivery means something.
 
 The counters follow the bidder's write fan-out (``Subject.user_count_rules``: an
 advertiser window counts the impressions of every campaign of the advertiser).
@@ -63,6 +65,10 @@ class OverDelivery:
     impressions: int
     """Delivered impressions audited (viewable-counted campaigns excluded)."""
     above_cap: tuple[AboveCap, ...]
+    reached_limit: int = 0
+    """Delivered impressions that brought a counter to its limit: a later one of the
+    same counter in the window would be above the cap. Zero means the replay never
+    tested a cap, so ``over_cap`` == 0 would say nothing."""
 
     @property
     def over_cap(self) -> int:
@@ -87,6 +93,7 @@ class OverDelivery:
             "over_cap": self.over_cap,
             "over_cap_not_in_flight": self.not_in_flight,
             "max_excess": self.max_excess,
+            "reached_limit": self.reached_limit,
             "by_campaign": _by_campaign(self.above_cap),
         }
 
@@ -107,16 +114,19 @@ def cap_over_delivery(
     audited = [c for c in impressions if _subject(subjects, c).count_event != "viewable"]
     by_counter = _counters(audited, subjects)
     found: list[AboveCap] = []
+    reached: set[int] = set()
     for claims in audited:
         for rule, key in _checked(_subject(subjects, claims), claims):
             earlier = _counting(by_counter[rule.token, key], rule, claims)
-            if len(earlier) >= rule.limit:
+            if len(earlier) == rule.limit - 1:
+                reached.add(claims.bid_id)
+            elif len(earlier) >= rule.limit:
                 counted = _counted(earlier, claims.issued_ms, billed_ms, in_flight_ms)
                 found.append(AboveCap(
                     claims.bid_id, claims.campaign_id, key, rule.token, rule.limit,
                     len(earlier), counted,
                 ))  # fmt: skip
-    return OverDelivery(len(audited), tuple(found))
+    return OverDelivery(len(audited), tuple(found), len(reached))
 
 
 def claims_from_notice_urls(urls: Iterable[str], signer: TokenSigner) -> list[NoticeClaims]:

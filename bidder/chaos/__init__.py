@@ -5,7 +5,8 @@ stack while a fault is injected, and checks the design's behaviour with figures.
 ``SCENARIOS`` maps each name to its function (``ScenarioOptions -> ScenarioResult``).
 ``scripts/chaos.py`` is the operator's command; ``tests/chaos/test_suite.py`` runs the
 short form under ``make test``. Injectors (``faults``, ``rogue``), observations
-(``observe``) and money measurements (``ledger``) are usable on their own.
+(``observe``), money measurements (``ledger``) and the cap over-delivery audit
+(``cap_audit``) are usable on their own.
 """
 
 from bidder.chaos.harness import ScenarioOptions

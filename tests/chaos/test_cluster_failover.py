@@ -40,7 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.crc import key_slot
 
 from bidder.aws import aws_client
-from bidder.campaigns import load_campaign_file
+from bidder.chaos.cap_audit import DeliveryAudit, StoreErrors, audit_delivered, billed_times
 from bidder.chaos.ledger import read_ledger
 from bidder.cluster import LocalValkeyCluster, ValkeyNode
 from bidder.replay.generator import generate
@@ -53,8 +53,6 @@ from bidder.settings import Settings
 from bidder.stack import LocalStack
 from bidder.tokens import TokenSigner
 from fcap import keys
-from fcap.audit import OverDelivery, cap_over_delivery, claims_from_notice_urls
-from fcap.rules import build_subjects
 from ids.worker_lease import lease_keys
 from pacing.lease_store import live_nodes_key
 from tests.bidder.live import CAMPAIGNS, stack_settings
@@ -221,7 +219,7 @@ async def _run(stack: LocalStack, tmp: Path) -> Outcome:
         await asyncio.to_thread(failover.close)
     kinesis = aws_client("kinesis", stack.aws_endpoint)
     ledger = await asyncio.to_thread(read_ledger, kinesis, settings.spend_stream)
-    ledger_ms = {int(e.bid_id): e.ts_ms for e in ledger}
+    ledger_ms = billed_times(ledger)
     return Outcome(
         result, failover, probes, recorder, ledger_ms, metrics, same, *in_valkey, replay_ms
     )
@@ -321,10 +319,9 @@ def _promoted(outcome: Outcome) -> int:
     return outcome.failover.promoted_ms
 
 
-def _over_delivery(outcome: Outcome) -> OverDelivery:
-    won = claims_from_notice_urls((url for url, _ in outcome.recorder.answers), SIGNER)
-    subjects = build_subjects(load_campaign_file(CAMPAIGNS))
-    return cap_over_delivery(won, subjects, billed_ms=outcome.ledger_ms)
+def _delivered(outcome: Outcome) -> DeliveryAudit:
+    urls = (url for url, _ in outcome.recorder.answers)
+    return audit_delivered(urls, SIGNER, outcome.ledger_ms, CAMPAIGNS)
 
 
 def test_no_request_gets_a_5xx(outcome: Outcome) -> None:
@@ -349,8 +346,8 @@ def test_the_same_worker_processes_serve_throughout(outcome: Outcome) -> None:
 def test_bidding_resumes_in_the_last_part_of_the_replay(outcome: Outcome) -> None:
     began, ended = outcome.replay_ms
     tail_from = ended - LAST_PART * (ended - began)
-    won = claims_from_notice_urls((url for url, _ in outcome.recorder.answers), SIGNER)
     assert tail_from > _promoted(outcome)
+    won = _delivered(outcome).delivered
     assert [c for c in won if c.issued_ms >= tail_from], summary(outcome)
 
 
@@ -385,21 +382,23 @@ def test_every_worker_heartbeats_with_its_lease_refresh_after_the_failover(
 def test_cap_over_delivery_is_explained_by_bids_in_flight_or_failed_store_calls(
     outcome: Outcome,
 ) -> None:
-    audit = _over_delivery(outcome)
-    assert audit.impressions > 0
+    audit = _delivered(outcome).over_delivery
     assert audit.not_in_flight <= over_delivery_bound(outcome), summary(outcome)
 
 
+def test_the_audit_sees_impressions_bring_counters_to_their_limits(outcome: Outcome) -> None:
+    delivered = _delivered(outcome)
+    assert delivered.capped_impressions > 0 and delivered.over_delivery.reached_limit > 0
+
+
 def over_delivery_bound(outcome: Outcome) -> int:
-    """Impressions above a cap that bids in flight don't explain: at most one per cap
-    check of a replayed request that failed (its fail-open candidates bid unchecked)
-    plus one per count that failed (that impression is missing from its counters).
-    The probes' failed checks (fail-closed: answered ``fcap_unavailable``) bid nothing.
-    Counts lost with the master (acknowledged, not yet replicated) are not counted
-    here: the replication lag is well under a millisecond (docs/fcap.md)."""
+    """``DeliveryAudit.bound`` (``bidder.chaos.cap_audit``) of the replayed requests'
+    failed store calls: the probes' failed checks (fail-closed: answered
+    ``fcap_unavailable``) bid nothing."""
     probes_failed = sum(p.reason == "fcap_unavailable" for p in outcome.probes)
     checks_failed = outcome.metrics["fcap_errors_check"] - probes_failed
-    return checks_failed + outcome.metrics["fcap_errors_count"]
+    errors = StoreErrors(checks_failed, outcome.metrics["fcap_errors_count"])
+    return _delivered(outcome).bound(errors)
 
 
 def summary(outcome: Outcome) -> dict[str, Any]:
@@ -419,7 +418,7 @@ def summary(outcome: Outcome) -> dict[str, Any]:
         "probes_after_kill": dict(Counter(",".join(p.campaigns) or str(p.reason) for p in after)),
         "probes_by_500ms_after_kill": _timeline(after, killed),
         "notices": dict(outcome.metrics),
-        "over_delivery": _over_delivery(outcome).summary(),
+        "over_delivery": _delivered(outcome).over_delivery.summary(),
         "over_delivery_bound": over_delivery_bound(outcome),
     }
 
