@@ -39,7 +39,7 @@ from bidder.clock import Clock
 from bidder.nobid import NoBid
 from bidder.notices import NoticeError, parse_notice
 from bidder.openrtb import InvalidRequest, parse_bid_request
-from bidder.overload import InFlightGate, LoopLag, run_lag_probe
+from bidder.overload import InFlightGate, LagShedder, LoopLag, run_lag_probe
 from bidder.pipeline import Context, PricedCandidate, Stage, run_stages
 from bidder.ratelimit import RateLimiter
 from bidder.response import NoticeUrls, build_response, winners
@@ -99,7 +99,8 @@ class BidHandler:
         self._budget_s = state.settings.deadline_ms / 1000
         self._allowance_s = state.settings.network_allowance_ms / 1000
         self._margin_s = state.settings.answer_margin_ms / 1000
-        self._shed_lag_s = state.settings.shed_lag_s
+        settings = state.settings
+        self._shedder = LagShedder(settings.shed_lag_s, settings.shed_stay_lag_ms / 1000)
         self._gate = InFlightGate(state.settings.max_in_flight)
         self._lag = LoopLag(state.clock)
         self._partners = RateLimiter(state.settings.rate_limits, state.clock)
@@ -112,7 +113,7 @@ class BidHandler:
         clock = self._state.clock
         now = clock.monotonic()
         lag = self._lag.current()
-        if lag > self._shed_lag_s:
+        if self._shedder.shed(lag, now):
             metrics.SHED_LOOP_LAG.inc()
             return self._answer_nobid(NoBid.OVERLOADED, now)
         if not self._partner_allowed(request.headers.get("X-Ssp", "")):

@@ -53,6 +53,12 @@ def add_bidder_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--shed-lag-ms", type=float, help="shed past this loop lag (default: deadline/2)"
     )
+    g.add_argument(
+        "--shed-stay-lag-ms",
+        type=float,
+        default=_D.shed_stay_lag_ms,
+        help="once shedding, keep shedding past this lower lag until calm for 0.1 s",
+    )
     g.add_argument("--public-url", metavar="URL", help="base URL of notices (default: own)")
     g = p.add_argument_group("campaigns and eligibility")
     g.add_argument("--campaigns", type=Path, default=DEFAULT_CAMPAIGNS, metavar="FILE")
@@ -137,6 +143,7 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         max_body_bytes=args.max_body_bytes,
         max_in_flight=args.max_in_flight,
         shed_lag_ms=args.shed_lag_ms,
+        shed_stay_lag_ms=args.shed_stay_lag_ms,
         public_url=args.public_url,
         campaigns_path=args.campaigns,
         campaign_refresh_s=args.campaign_refresh_s,

@@ -18,8 +18,9 @@ stall made requests 100 ms later shed with a one-deadline hold of 250 ms).
 
 The handler subtracts ``current()`` from its receipt time, so queueing counts
 against the deadline, and sheds a request at once (204 ``overloaded``, body
-unread) when the lag is over a bound or when ``InFlightGate`` is full: answering
-"no" costs microseconds, queueing it costs every request behind it.
+unread) when the lag is over a bound (``LagShedder``: a high bound to start, a lower
+one while overloaded) or when ``InFlightGate`` is full: answering "no" costs
+microseconds, queueing it costs every request behind it.
 
 Blind spot: a stall is seen as the beat's lateness, which is the stall minus the
 time that was left before the beat was due: it is under-estimated by at most one
@@ -38,6 +39,9 @@ PROBE_INTERVAL_S = 0.002
 """Heartbeat period: ~500 cheap timer callbacks a second; the blind spot above."""
 HOLD_S = 4 * PROBE_INTERVAL_S
 """How long a late beat stays in the estimate."""
+CALM_S = 0.1
+"""How long the lag must stay under the low bound before an overloaded worker admits
+at the high bound again (``LagShedder``)."""
 
 
 class LoopLag:
@@ -67,6 +71,38 @@ class LoopLag:
         while samples and samples[0][0] < oldest:
             samples.popleft()
         return samples[0][1] if samples else 0.0
+
+
+class LagShedder:
+    """When to shed on loop lag: past ``enter_s``, and then, while overloaded, past the
+    lower ``stay_s`` until the lag has stayed under it for ``calm_s``.
+
+    Why two bounds: on a shared machine the loop is now and then a millisecond or two
+    late for reasons that pass (another process held the core), and shedding at such
+    lags loses bids for nothing; so entering takes a lag that only real overload
+    makes. But once overloaded, admitting every request that arrives in a lull under
+    the high bound refills the loop with work that then misses its deadline: the lag
+    under overload comes in bursts. So an overloaded worker keeps shedding at the low
+    bound until the loop has been calm for ``calm_s``.
+    """
+
+    def __init__(self, enter_s: float, stay_s: float, calm_s: float = CALM_S):
+        if not 0 < stay_s <= enter_s or calm_s < 0:
+            raise ValueError(
+                f"need 0 < stay_s <= enter_s and calm_s >= 0, got {stay_s}, {enter_s}, {calm_s}"
+            )
+        self._enter_s, self._stay_s, self._calm_s = enter_s, stay_s, calm_s
+        self._overloaded_until = float("-inf")
+
+    def overloaded(self, now: float) -> bool:
+        return now < self._overloaded_until
+
+    def shed(self, lag: float, now: float) -> bool:
+        """Whether a request arriving ``now`` with the loop ``lag`` late is shed."""
+        if lag > self._enter_s or (lag > self._stay_s and self.overloaded(now)):
+            self._overloaded_until = now + self._calm_s
+            return True
+        return False
 
 
 class InFlightGate:

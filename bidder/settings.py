@@ -44,6 +44,8 @@ class Settings:
     """Bid requests inside the handler at once; past it new ones are shed (204 overloaded)."""
     shed_lag_ms: float | None = None
     """Event-loop lag past which new bid requests are shed; default half the deadline."""
+    shed_stay_lag_ms: float = 1.5
+    """Once shedding, the lower lag past which a worker keeps shedding until it is calm."""
 
     @property
     def shed_lag_s(self) -> float:
@@ -180,6 +182,11 @@ class Settings:
             (
                 self.shed_lag_ms is None or 0 < self.shed_lag_ms <= self.deadline_ms,
                 "--shed-lag-ms must be above 0 and at most --deadline-ms",
+            ),
+            (
+                0 < self.shed_stay_lag_ms <= self.shed_lag_s * 1000,
+                f"--shed-stay-lag-ms must be above 0 and at most the shed lag"
+                f" ({self.shed_lag_s * 1000:g} ms), got {self.shed_stay_lag_ms}",
             ),
             (self.campaign_refresh_s >= 1, "--campaign-refresh-s must be at least 1"),
             (

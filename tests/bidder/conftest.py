@@ -38,6 +38,7 @@ def bidder_settings(
         # the test runner, whose pauses show up as event-loop lag: shed on lag only past
         # the whole deadline, so decision tests see decisions, not the runner's pauses.
         shed_lag_ms=250.0,
+        shed_stay_lag_ms=250.0,
         pacing_tick_s=1.0,
         lease_refresh_s=0.2,
         spool_dir=tmp_path_factory.mktemp("spool"),

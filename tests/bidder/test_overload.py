@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from bidder.app import BidderState
 from bidder.clock import ManualClock
 from bidder.nobid import NoBid
-from bidder.overload import InFlightGate, LoopLag
+from bidder.overload import InFlightGate, LagShedder, LoopLag
 from bidder.pipeline import Context, Stage
 from bidder.settings import Settings, SettingsError
 from bidder.stack import free_port
@@ -102,6 +102,57 @@ def test_current_is_the_worst_lateness_observed_within_the_hold(
         assert lag.current() == max(held)
 
 
+# --- LagShedder -----------------------------------------------------------------------
+
+
+def _shedder() -> LagShedder:
+    return LagShedder(enter_s=0.004, stay_s=0.001, calm_s=0.2)
+
+
+def test_a_lag_under_the_high_bound_is_not_shed_while_calm() -> None:
+    assert _shedder().shed(0.003, now=10.0) is False
+
+
+def test_a_lag_past_the_high_bound_is_shed_and_marks_the_worker_overloaded() -> None:
+    shedder = _shedder()
+    assert shedder.shed(0.005, now=10.0) is True
+    assert shedder.overloaded(10.1)
+
+
+def test_an_overloaded_worker_sheds_at_the_low_bound() -> None:
+    shedder = _shedder()
+    shedder.shed(0.005, now=10.0)
+    assert shedder.shed(0.002, now=10.1) is True
+    assert shedder.shed(0.0005, now=10.15) is False  # under the low bound: admitted
+
+
+def test_an_overloaded_worker_is_calm_again_after_calm_s_under_the_low_bound() -> None:
+    shedder = _shedder()
+    shedder.shed(0.005, now=10.0)
+    shedder.shed(0.002, now=10.1)  # still over the low bound: the calm restarts
+    assert shedder.overloaded(10.29)
+    assert not shedder.overloaded(10.31)
+    assert shedder.shed(0.002, now=10.31) is False
+
+
+@given(lags=st.lists(st.floats(0, 0.02), max_size=50))
+def test_a_lag_past_the_high_bound_is_always_shed_and_one_under_the_low_never(
+    lags: list[float],
+) -> None:
+    shedder = _shedder()
+    for n, lag in enumerate(lags):
+        shed = shedder.shed(lag, now=n * 0.01)
+        if lag > 0.004:
+            assert shed
+        if lag <= 0.001:
+            assert not shed
+
+
+def test_the_low_bound_must_not_exceed_the_high_one() -> None:
+    with pytest.raises(ValueError, match="stay_s <= enter_s"):
+        LagShedder(enter_s=0.001, stay_s=0.002)
+
+
 # --- InFlightGate ---------------------------------------------------------------------
 
 
@@ -138,6 +189,11 @@ def test_the_lag_bound_defaults_to_half_the_deadline() -> None:
 def test_a_lag_bound_past_the_deadline_is_refused() -> None:
     with pytest.raises(SettingsError, match="--shed-lag-ms"):
         Settings(deadline_ms=8.0, shed_lag_ms=9.0).validate()
+
+
+def test_a_stay_bound_past_the_lag_bound_is_refused() -> None:
+    with pytest.raises(SettingsError, match="--shed-stay-lag-ms"):
+        Settings(deadline_ms=8.0, shed_lag_ms=2.0, shed_stay_lag_ms=3.0).validate()
 
 
 def test_an_in_flight_bound_below_one_is_refused() -> None:
