@@ -99,8 +99,9 @@ class BidHandler:
         self._budget_s = state.settings.deadline_ms / 1000
         self._allowance_s = state.settings.network_allowance_ms / 1000
         self._margin_s = state.settings.answer_margin_ms / 1000
-        settings = state.settings
-        self._shedder = LagShedder(settings.shed_lag_s, settings.shed_stay_lag_ms / 1000)
+        self._shedder = LagShedder(
+            state.settings.shed_lag_s, state.settings.shed_stay_lag_ms / 1000
+        )
         self._gate = InFlightGate(state.settings.max_in_flight)
         self._lag = LoopLag(state.clock)
         self._partners = RateLimiter(state.settings.rate_limits, state.clock)

@@ -34,20 +34,26 @@ from pacing.spend_table import SpendTable
 _POLL_S = 0.3
 
 
-def read_ledger(kinesis: Any, stream: str) -> list[LedgerEntry]:
-    """Every entry in the spend stream, as read (duplicates included)."""
-    found: list[LedgerEntry] = []
+def read_records(kinesis: Any, stream: str) -> list[tuple[str, LedgerEntry]]:
+    """(partition key, entry) of every record in the spend stream, shard by shard, as
+    read (duplicates included)."""
+    found: list[tuple[str, LedgerEntry]] = []
     for shard in kinesis.list_shards(StreamName=stream)["Shards"]:
         iterator = kinesis.get_shard_iterator(
             StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
         )["ShardIterator"]
         while iterator:
             page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
-            found += [decode_entry(record["Data"]) for record in page["Records"]]
+            found += [(r["PartitionKey"], decode_entry(r["Data"])) for r in page["Records"]]
             if not page["Records"]:
                 break
             iterator = page.get("NextShardIterator")
     return found
+
+
+def read_ledger(kinesis: Any, stream: str) -> list[LedgerEntry]:
+    """Every entry in the spend stream, as read (duplicates included)."""
+    return [entry for _, entry in read_records(kinesis, stream)]
 
 
 def distinct(entries: list[LedgerEntry]) -> list[LedgerEntry]:

@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from bidder.ledger import LedgerEntry
 from bidder.settings import Settings
@@ -164,14 +165,18 @@ class RssSampler:
                     peaks[pid] = max(peaks.get(pid, 0), rss)
 
 
+async def samples(admin_url: str) -> list[Sample]:
+    """Every sample the admin port exposes now (the workers' summed, the supervisor's)."""
+    text = await _metrics_text(admin_url)
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
 async def metric(admin_url: str, name: str, labels: dict[str, str] | None = None) -> float:
     """The sum of ``name``'s samples matching ``labels``, from the admin port."""
-    text = await _metrics_text(admin_url)
     wanted = (labels or {}).items()
     return sum(
         sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
+        for sample in await samples(admin_url)
         if sample.name == name and all(sample.labels.get(k) == v for k, v in wanted)
     )
 
@@ -212,11 +217,10 @@ async def histogram_quantile(
     """A Prometheus histogram from the admin port and its ``q`` quantile's bucket bound,
     over the samples since ``since`` when given."""
     buckets: dict[float, float] = {}
-    for family in text_string_to_metric_families(await _metrics_text(admin_url)):
-        for sample in family.samples:
-            if sample.name == f"{name}_bucket":
-                le = float(sample.labels["le"])
-                buckets[le] = buckets.get(le, 0.0) + sample.value
+    for sample in await samples(admin_url):
+        if sample.name == f"{name}_bucket":
+            le = float(sample.labels["le"])
+            buckets[le] = buckets.get(le, 0.0) + sample.value
     delta = {le: n - (since.buckets.get(le, 0.0) if since else 0.0) for le, n in buckets.items()}
     total = delta.get(float("inf"), 0.0)
     bound = next((le for le in sorted(delta) if total and delta[le] >= q * total), None)

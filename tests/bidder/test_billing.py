@@ -27,6 +27,7 @@ from bidder.billing import (
     BillingUnavailable,
     ledger_entry,
 )
+from bidder.chaos.ledger import read_ledger
 from bidder.clock import ManualClock
 from bidder.ledger import LedgerEntry
 from bidder.notices import Notice
@@ -35,7 +36,6 @@ from ids.snowflake import Snowflake, decode
 from tests.bidder.conftest import EXTERNAL
 from tests.bidder.live import LiveBidder
 from tests.bidder.openrtb_checks import with_fresh_user
-from tests.bidder.test_spend_stream import read_stream
 
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()
 CLAIMS = NoticeClaims(
@@ -240,7 +240,7 @@ class Live:
         barrier_id = self.claims(barrier).bid_id
         name = self.bidder.settings.spend_stream
         for _ in range(200):
-            ids = [int(e.bid_id) for _, e in read_stream(self.kinesis, name)]
+            ids = [int(e.bid_id) for e in read_ledger(self.kinesis, name)]
             if barrier_id in ids:
                 return ids
             time.sleep(0.05)  # waiting for the background shipper, not for time to pass

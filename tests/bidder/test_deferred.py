@@ -33,6 +33,7 @@ from bidder.billing import (
     Biller,
     BillingUnavailable,
 )
+from bidder.chaos.ledger import read_ledger
 from bidder.clock import ManualClock
 from bidder.deferred import Billable, DeferredJournal, decode_billable
 from bidder.notices import Notice
@@ -44,7 +45,7 @@ from ids.snowflake import Snowflake
 from tests.bidder.live import LiveBidder
 from tests.bidder.openrtb_checks import with_fresh_user
 from tests.bidder.test_billing import CLAIMS, SIMPLE_BANNER, Ledger, Sink
-from tests.bidder.test_spend_stream import KEY, SIGNER, Node, _wait_for_stream, read_stream
+from tests.bidder.test_spend_stream import KEY, SIGNER, Node, _wait_for_stream
 
 TTL_MS = 120_000
 
@@ -406,7 +407,7 @@ def streamed_through_barrier(client: LiveBidder, settings: Settings) -> list[int
     assert client.get(barrier).status == 204
     kinesis = aws_client("kinesis", settings.aws_endpoint or "")
     for _ in range(300):
-        ids = [int(e.bid_id) for _, e in read_stream(kinesis, settings.spend_stream)]
+        ids = [int(e.bid_id) for e in read_ledger(kinesis, settings.spend_stream)]
         if bid_id_of(barrier) in ids:
             return [bid_id for bid_id in ids if bid_id != bid_id_of(barrier)]
         time.sleep(0.1)  # waiting for the background shipper, not for time to pass

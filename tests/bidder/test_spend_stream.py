@@ -21,8 +21,9 @@ import pytest_asyncio
 
 from bidder.archive import LedgerArchive
 from bidder.aws import aws_client
+from bidder.chaos.ledger import read_records
 from bidder.clock import ManualClock
-from bidder.ledger import LedgerEntry, decode_entry
+from bidder.ledger import LedgerEntry
 from bidder.reconciler_process import running_reconciler
 from bidder.server import prepare_resources
 from bidder.settings import Settings
@@ -47,22 +48,6 @@ def entry(n: int, campaign: str = "harbor-bank-leaderboard") -> LedgerEntry:
     )  # fmt: skip
 
 
-def read_stream(kinesis: Any, name: str) -> list[tuple[str, LedgerEntry]]:
-    """(partition key, entry) of every record in the stream, shard by shard."""
-    found = []
-    for shard in kinesis.list_shards(StreamName=name)["Shards"]:
-        iterator = kinesis.get_shard_iterator(
-            StreamName=name, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        while iterator:
-            page = kinesis.get_records(ShardIterator=iterator, Limit=1000)
-            found += [(r["PartitionKey"], decode_entry(r["Data"])) for r in page["Records"]]
-            if not page["Records"]:
-                break
-            iterator = page.get("NextShardIterator")
-    return found
-
-
 class Fixture:
     def __init__(self, aws_endpoint: str, tmp_path: Path) -> None:
         self.kinesis = aws_client("kinesis", aws_endpoint)
@@ -85,7 +70,7 @@ class Fixture:
         ensure_stream(self.kinesis, self.stream_name)
 
     def streamed(self) -> list[LedgerEntry]:
-        return [e for _, e in read_stream(self.kinesis, self.stream_name)]
+        return [e for _, e in read_records(self.kinesis, self.stream_name)]
 
     def archived(self) -> list[str]:
         listing = self.s3.list_objects_v2(Bucket=self.archive.bucket).get("Contents", [])
@@ -129,7 +114,7 @@ async def test_shipped_entries_reach_the_stream_keyed_by_campaign(env: Fixture) 
     for n in range(3):
         await producer.append(entry(n, campaign=f"c{n}"))
     assert await producer.ship()
-    found = read_stream(env.kinesis, env.stream_name)
+    found = read_records(env.kinesis, env.stream_name)
     assert found == [(f"c{n}", entry(n, campaign=f"c{n}")) for n in range(3)]
 
 
@@ -312,10 +297,10 @@ def test_every_acknowledged_notice_survives_kill_9_exactly_once(
 
 
 def _wait_for_stream(kinesis: Any, name: str, at_least: int) -> list[tuple[str, LedgerEntry]]:
-    found = read_stream(kinesis, name)
+    found = read_records(kinesis, name)
     for _ in range(300):  # the restarted node adopts the spool at start and ships it
         if len(found) >= at_least:
             break
         threading.Event().wait(0.1)
-        found = read_stream(kinesis, name)
+        found = read_records(kinesis, name)
     return found

@@ -36,12 +36,18 @@ import aiohttp
 import orjson
 import pytest
 import redis
-from prometheus_client.parser import text_string_to_metric_families
 from redis.crc import key_slot
 
 from bidder.aws import aws_client
-from bidder.chaos.cap_audit import DeliveryAudit, StoreErrors, audit_delivered, billed_times
+from bidder.chaos.cap_audit import (
+    DeliveryAudit,
+    StoreErrors,
+    audit_delivered,
+    billed_times,
+    with_recorded_notices,
+)
 from bidder.chaos.ledger import read_ledger
+from bidder.chaos.observe import samples
 from bidder.cluster import LocalValkeyCluster, ValkeyNode
 from bidder.replay.generator import generate
 from bidder.replay.notice_recorder import NoticeRecorder
@@ -185,7 +191,7 @@ class Outcome:
     replay_ms: tuple[int, int]
 
 
-def _settings(stack: LocalStack, recorder: NoticeRecorder, tmp_path: Path) -> Settings:
+def _settings(stack: LocalStack, tmp_path: Path) -> Settings:
     return stack_settings(
         stack,
         tmp_path,
@@ -196,7 +202,6 @@ def _settings(stack: LocalStack, recorder: NoticeRecorder, tmp_path: Path) -> Se
         # deadline would hide the failover behind deadline no-bids.
         deadline_ms=50.0,
         fcap_check_timeout_ms=25.0,
-        public_url=recorder.public_url,
         notice_keys=(("k1", KEY),),
     )
 
@@ -205,8 +210,7 @@ async def _run(stack: LocalStack, tmp: Path) -> Outcome:
     stream = tmp / "stream.jsonl.gz"
     generate(stream, REQUESTS, seed=23, mean_rate=RATE, heavy_users=10, heavy_share=0.3)
     recorder = NoticeRecorder()
-    settings = _settings(stack, recorder, tmp)
-    recorder.target = f"http://{settings.host}:{settings.port}"
+    settings = with_recorded_notices(_settings(stack, tmp), recorder)
     failover = await asyncio.to_thread(Failover.of, stack.cluster)
     try:
         async with recorder, running_bidder(settings) as bidder:
@@ -262,15 +266,12 @@ _SAMPLES = {
 
 async def _metrics(admin_url: str) -> Counter[str]:
     """The samples of ``_SAMPLES``, summed over the workers, as ``<name>_<label>``."""
-    async with aiohttp.ClientSession() as session, session.get(f"{admin_url}/metrics") as resp:
-        text = await resp.text()
     found: Counter[str] = Counter()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in _SAMPLES:
-                name, label = _SAMPLES[sample.name]
-                key = f"{name}_{sample.labels[label]}" if label else name
-                found[key] += int(sample.value)
+    for sample in await samples(admin_url):
+        if sample.name in _SAMPLES:
+            name, label = _SAMPLES[sample.name]
+            key = f"{name}_{sample.labels[label]}" if label else name
+            found[key] += int(sample.value)
     return found
 
 

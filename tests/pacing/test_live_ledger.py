@@ -18,13 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from bidder.aws import aws_client
 from bidder.campaigns import load_campaign_file
 from bidder.chaos.ledger import distinct, read_ledger
+from bidder.chaos.observe import samples
 from bidder.ledger import LedgerEntry
 from bidder.replay.generator import generate
 from bidder.replay.replayer import ReplayOptions, replay
@@ -61,13 +60,10 @@ def wait_for_ledger(aws_endpoint: str, stream: str, billed: int) -> list[LedgerE
 
 async def notice_outcomes(admin_url: str) -> Counter[str]:
     """``bidsim_notices_total`` summed over kinds, by outcome, across the workers."""
-    async with aiohttp.ClientSession() as session, session.get(f"{admin_url}/metrics") as resp:
-        text = await resp.text()
     outcomes: Counter[str] = Counter()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "bidsim_notices_total":
-                outcomes[sample.labels["outcome"]] += int(sample.value)
+    for sample in await samples(admin_url):
+        if sample.name == "bidsim_notices_total":
+            outcomes[sample.labels["outcome"]] += int(sample.value)
     return outcomes
 
 
