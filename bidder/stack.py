@@ -244,7 +244,7 @@ class _MotoProcess(_Server):
     name = "moto"
 
     def argv(self, port: int, workdir: Path) -> list[str]:
-        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        return [sys.executable, "-m", "bidder.moto_server", "-H", "127.0.0.1", "-p", str(port)]
 
     def answers(self, port: int, child: ChildProcess) -> bool:
         return _http_answers(f"http://127.0.0.1:{port}/moto-api/", 0.5, _DIRECT)
