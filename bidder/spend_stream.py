@@ -177,31 +177,45 @@ class SpendProducer:
         await asyncio.shield(write.done)
 
     async def run(self) -> None:
-        """Ship, archive and adopt forever (the worker's background task)."""
+        """Ship, archive and adopt forever (the worker's background task).
+
+        A round that fails (a disk fault recording progress or rolling, a bug) is
+        logged and retried: this task is the only way entries leave the spool while
+        the process lives, so nothing may end it but cancellation.
+        """
         while True:
-            if self._clock.monotonic() >= self._next_adopt:
-                await self.adopt()
-            if 0 < len(self._unsent) < MAX_BATCH:
-                await asyncio.sleep(self._linger_s)
-            shipped = await self.ship() if self._unsent else True
-            await self.finish_segments()
+            try:
+                shipped = await self._round()
+            except Exception:
+                log.exception("ledger shipping round failed; retrying")
+                shipped = False
             if not shipped:
-                await asyncio.sleep(self._retry_s)  # the stream is down: back off
+                await asyncio.sleep(self._retry_s)  # the stream is down, or the round failed
             elif not self._unsent:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self._retry_s)
+
+    async def _round(self) -> bool:
+        if self._clock.monotonic() >= self._next_adopt:
+            await self.adopt()
+        if 0 < len(self._unsent) < MAX_BATCH:
+            await asyncio.sleep(self._linger_s)
+        shipped = await self.ship() if self._unsent else True
+        await self.finish_segments()
+        return shipped
 
     async def ship(self) -> bool:
         """Send one batch of queued entries; False if any of it failed."""
         batch = [self._unsent[n] for n in range(min(MAX_BATCH, len(self._unsent)))]
         try:
             accepted = await self._in(self._aws, self._stream.put, [p.entry for p in batch])
+            # An answer that does not match the batch says nothing safe: all are resent.
+            done = {id(p) for p, ok in zip(batch, accepted, strict=True) if ok}
         except Exception as exc:  # stream down, throttled, network: retried later
             metrics.STREAM_ERRORS.inc()
             log.warning("spend stream put failed, %d entries stay spooled: %s", len(batch), exc)
             return False
-        done = {id(p) for p, ok in zip(batch, accepted, strict=True) if ok}
         self._unsent = deque(p for p in self._unsent if id(p) not in done)
         for pending in batch:
             if id(pending) in done:
@@ -231,9 +245,15 @@ class SpendProducer:
         self._next_adopt = self._clock.monotonic() + self._adopt_every_s
         ours = {t.segment.name for t in self._segments}
         for segment in await self._in(self._disk, self._spool.adopt_orphans, ours):
+            try:
+                records = await self._in(self._disk, _undelivered, segment)
+            except OSError as exc:  # untracked, so never archived and deleted unsent
+                log.error("spool segment %s unreadable, left for later: %s", segment.name, exc)
+                await self._in(self._disk, segment.close)  # unlocked: the next adopt retries
+                continue
             tracked = _Tracked(segment, self._clock.monotonic(), 0, sealed=True)
             self._segments.append(tracked)
-            for start, end, payload in await self._in(self._disk, _undelivered, segment):
+            for start, end, payload in records:
                 tracked.written_end = end
                 try:
                     self._queue(_Pending(tracked, start, decode_entry(payload)))
