@@ -38,7 +38,7 @@ from bidder.eligibility import EligibilityPolicy
 from bidder.notices import MAX_SKEW_MS
 from bidder.pipeline import Stage
 from bidder.profile_cache import CacheConfig, ProfileCache
-from bidder.profiles import ProfileTable, profile_client
+from bidder.profiles import ProfileTable
 from bidder.response import NoticeUrls
 from bidder.settings import Settings
 from bidder.sinks import CapCounter, LeaseDebit
@@ -240,7 +240,8 @@ async def _keep_model_fresh(pricer: Pricer, interval_s: float) -> None:
 
 
 def _profile_cache(settings: Settings, endpoint: str, clock: Clock) -> ProfileCache:
-    table = ProfileTable(profile_client(endpoint, settings.aws_region), settings.profiles_table)
+    client = aws_client("dynamodb", endpoint, settings.aws_region, quick=True)
+    table = ProfileTable(client, settings.profiles_table)
     config = CacheConfig(ttl_s=settings.profile_ttl_s, capacity=settings.profile_cache_size)
     return ProfileCache(table.get_many, clock, config)
 

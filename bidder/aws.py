@@ -29,6 +29,7 @@ _CONFIG = Config(
     # "standard" counts the first call: two attempts in all.
     retries={"max_attempts": 2, "mode": "standard"},
 )
+_QUICK = Config(connect_timeout=0.5, read_timeout=1.0, retries={"max_attempts": 1})
 
 
 def is_loopback(endpoint: str) -> bool:
@@ -41,13 +42,19 @@ def is_loopback(endpoint: str) -> bool:
         return False
 
 
-def aws_client(service: str, endpoint: str, region: str = "us-east-1") -> BaseClient:
-    """A fail-fast boto3 client for ``service`` (e.g. "dynamodb") at ``endpoint``."""
+def aws_client(
+    service: str, endpoint: str, region: str = "us-east-1", *, quick: bool = False
+) -> BaseClient:
+    """A fail-fast boto3 client for ``service`` (e.g. "dynamodb") at ``endpoint``.
+
+    ``quick``: one attempt with sub-second timeouts, for calls whose answer is worthless
+    when late (cache fills); the default retries once and waits seconds, right for loaders.
+    """
     credentials = DUMMY_CREDENTIALS if is_loopback(endpoint) else {}
     # A session of its own: boto3's shared default session is not thread-safe to build on.
     session = boto3.session.Session(region_name=region)
     client: BaseClient = session.client(
-        service, endpoint_url=endpoint, config=_CONFIG, **credentials
+        service, endpoint_url=endpoint, config=_QUICK if quick else _CONFIG, **credentials
     )
     return client
 

@@ -11,14 +11,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-import boto3
 import orjson
 from boto3.dynamodb.table import BatchWriter
-from botocore.client import BaseClient
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
-
-from bidder.aws import DUMMY_CREDENTIALS, is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -71,23 +66,6 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 class ProfileStoreError(Exception):
     """The profile table could not be read or written."""
-
-
-_FAST_FAIL = Config(connect_timeout=0.5, read_timeout=1.0, retries={"max_attempts": 1})
-
-
-def profile_client(endpoint: str, region: str = "us-east-1") -> BaseClient:
-    """A DynamoDB client for background fills: one attempt, sub-second timeouts.
-
-    ``bidder.aws.aws_client`` retries and waits seconds, right for loaders; a cache fill
-    that is late is worthless, and a stuck one holds a pool thread.
-    """
-    credentials = DUMMY_CREDENTIALS if is_loopback(endpoint) else {}
-    session = boto3.session.Session(region_name=region)
-    client: BaseClient = session.client(
-        "dynamodb", endpoint_url=endpoint, config=_FAST_FAIL, **credentials
-    )
-    return client
 
 
 class ProfileTable:

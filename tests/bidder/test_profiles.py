@@ -27,7 +27,6 @@ from bidder.profiles import (
     Profile,
     ProfileStoreError,
     ProfileTable,
-    profile_client,
     profile_from_doc,
     profile_to_doc,
 )
@@ -470,7 +469,7 @@ async def test_a_dynamodb_outage_mid_run_never_blocks_or_raises(
     valkey_url: str, make_cache: MakeCache
 ) -> None:
     with LocalStack(valkey_url=valkey_url) as stack:  # a private moto: this test kills it
-        table = ProfileTable(profile_client(stack.aws_endpoint), "profiles")
+        table = ProfileTable(aws_client("dynamodb", stack.aws_endpoint, quick=True), "profiles")
         table.ensure_table()
         table.put_many((f"b:user{n}", ALICE) for n in range(20))
         clock = ManualClock()
