@@ -17,21 +17,40 @@ answer would otherwise be read as the answer to the next request). If the server
 closed a reused keep-alive connection before answering, the request is retried once
 on a fresh connection. httptools frames bodies (Content-Length or chunked); a response
 framed by connection close ends at EOF.
+
+When an answer arrived is the kernel's word, not the loop's: each connection asks for
+receive timestamps (``SO_TIMESTAMPNS``) and reads with ``recvmsg``, so
+``Response.arrived_ns`` is when the last bytes of the answer reached the socket. On a
+small machine the load generator shares the cores with the bidder; the time it waited
+for a core before reading an answer is its own delay, and a dedicated load-generator
+host would not add it. (Measured before: half of the answers counted late in the chaos
+suite's ``steady`` were late only on the client's side of the socket.) Without kernel
+timestamps (another OS) it falls back to the time of the read. So connections use their
+own minimal transport: a non-blocking socket with ``add_reader``, and writes that go
+out at once (a request is a few KB) or, when the socket buffer is full, as the socket
+becomes writable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import socket
+import struct
 import time
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple, cast
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import httptools
 
 DEFAULT_HEADERS = ("x-nbr-reason", "x-nbr")
 _FRAMING = (b"content-length", b"transfer-encoding")
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python 3.11 lacks the name
+_SCM_TIMESTAMPNS = _SO_TIMESTAMPNS
+_TIMESPEC = struct.Struct("@qq")  # struct timespec: seconds, nanoseconds (CLOCK_REALTIME)
+_READ_BYTES = 1 << 16
+_CMSG_BYTES = socket.CMSG_SPACE(_TIMESPEC.size)
 
 
 class Response(NamedTuple):
@@ -41,6 +60,9 @@ class Response(NamedTuple):
     body: bytes
     sent_ns: int
     """``perf_counter_ns()`` when the request was written: after any wait for a connection."""
+    arrived_ns: int
+    """``perf_counter_ns()`` time at which the answer's last bytes reached the socket (the
+    kernel's receive timestamp; the read's time where there is none)."""
 
 
 class TransportError(Exception):
@@ -95,36 +117,88 @@ def split_url(url: str) -> tuple[str, int, str]:
     return parts.hostname, parts.port or 80, target
 
 
-class _Connection(asyncio.Protocol):
-    def __init__(self, wanted: frozenset[bytes]) -> None:
+class _Connection:
+    """One keep-alive connection: a non-blocking socket read on the loop's reader callback
+    (module doc), fed to httptools."""
+
+    def __init__(self, sock: socket.socket, wanted: frozenset[bytes]) -> None:
         self._loop = asyncio.get_running_loop()
+        self._sock, self._fd = sock, sock.fileno()
         self._wanted = wanted
         self._parser = httptools.HttpResponseParser(self)
-        self._transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[Response] | None = None
+        self._unsent = b""
         self.closed = False
         self.used = False
-        self._sent_ns = 0
+        self._sent_ns = self._arrived_ns = 0
+        self._stamped = _ask_for_timestamps(sock)
         self._start_message()
+        self._loop.add_reader(self._fd, self._readable)
 
     def request(self, raw: bytes) -> asyncio.Future[Response]:
-        if self._transport is None or self.closed:
+        if self.closed:
             raise TransportError("connection is not open")
         self._waiter = self._loop.create_future()
-        self._transport.write(raw)
+        self._write(raw)
         self._sent_ns = time.perf_counter_ns()
         return self._waiter
 
     def close(self) -> None:
+        if self.closed:
+            return
         self.closed = True
-        if self._transport is not None:
-            self._transport.close()
+        self._loop.remove_reader(self._fd)
+        if self._unsent:
+            self._loop.remove_writer(self._fd)
+        self._sock.close()
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # create_connection always hands a protocol a stream (write-capable) transport.
-        self._transport = cast(asyncio.Transport, transport)
+    def _write(self, data: bytes) -> None:
+        if not self._unsent:
+            try:
+                sent = self._sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                self._lost(exc)
+                return
+            data = data[sent:]
+            if not data:
+                return
+            self._loop.add_writer(self._fd, self._writable)
+        self._unsent += data
 
-    def data_received(self, data: bytes) -> None:
+    def _writable(self) -> None:
+        try:
+            sent = self._sock.send(self._unsent)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        self._unsent = self._unsent[sent:]
+        if not self._unsent:
+            self._loop.remove_writer(self._fd)
+
+    def _readable(self) -> None:
+        while not self.closed:
+            try:
+                data, ancillary, _, _ = self._sock.recvmsg(_READ_BYTES, _CMSG_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._lost(exc)
+                return
+            if not data:
+                self._lost(None)
+                return
+            self._arrived_ns = _arrival(ancillary) if self._stamped else time.perf_counter_ns()
+            self._data_received(data)
+
+    def _lost(self, exc: Exception | None) -> None:
+        self.close()
+        self._connection_lost(exc)
+
+    def _data_received(self, data: bytes) -> None:
         self._received = True
         try:
             self._parser.feed_data(data)
@@ -132,8 +206,7 @@ class _Connection(asyncio.Protocol):
             self._finish(TransportError(f"bad HTTP response: {exc}"))
             self.close()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+    def _connection_lost(self, exc: Exception | None) -> None:
         if self._waiter is None:
             return
         if self._headers_done and not self._framed:
@@ -159,7 +232,8 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         status, body = self._parser.get_status_code(), b"".join(self._body)
-        response = Response(status, self._headers, body, self._sent_ns)
+        arrived_ns = max(self._arrived_ns, self._sent_ns)  # clocks of two sources: never before
+        response = Response(status, self._headers, body, self._sent_ns, arrived_ns)
         if not self._parser.should_keep_alive() or self._waiter is None:
             self.close()  # asked to close, or an answer nobody asked for
         self.used = True
@@ -179,6 +253,28 @@ class _Connection(asyncio.Protocol):
             waiter.set_exception(outcome)
         else:
             waiter.set_result(outcome)
+
+
+def _ask_for_timestamps(sock: socket.socket) -> bool:
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def _arrival(ancillary: list[tuple[int, int, bytes]]) -> int:
+    """The kernel's receive time of a read, on the ``perf_counter_ns`` clock.
+
+    The kernel stamps with the wall clock; it is mapped through the wall clock's offset
+    now (a clock step between arrival and read would shift it, so it is capped at now).
+    """
+    now = time.perf_counter_ns()
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SCM_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            seconds, nanos = _TIMESPEC.unpack_from(data)
+            return min(now, seconds * 1_000_000_000 + nanos - (time.time_ns() - now))
+    return now
 
 
 class HttpPool:
@@ -270,16 +366,22 @@ class HttpPool:
     async def _connect(self) -> _Connection:
         """Open a connection in a slot already counted in ``_open``."""
         loop = asyncio.get_running_loop()
+        sock: socket.socket | None = None
         try:
-            _, conn = await loop.create_connection(
-                lambda: _Connection(self._wanted), self.host, self.port
-            )
+            infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            family, kind, proto, _, address = infos[0]
+            sock = socket.socket(family, kind, proto)
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, address)
         except BaseException as exc:
+            if sock is not None:
+                sock.close()
             self._free_slot()
             if isinstance(exc, OSError):
                 raise TransportError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
             raise
-        return conn
+        return _Connection(sock, self._wanted)
 
     def _release(self, conn: _Connection) -> None:
         if conn.closed or self._closed:

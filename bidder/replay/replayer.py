@@ -250,7 +250,7 @@ class _Replay:
         reason = response.headers.get("x-nbr-reason", "unlabelled") if status == 204 else None
         if reason is not None:
             result.nbr_reasons[reason] += 1
-        corrected_ns = self._record(intended_ns, response.sent_ns, time.perf_counter_ns())
+        corrected_ns = self._record(intended_ns, response.sent_ns, response.arrived_ns)
         result.within_deadline += status in (200, 204) and corrected_ns <= self._deadline_ns
         result.ssp(ssp).count_answer(status, reason, corrected_ns // 1000)
         result.count_copy(ssp, record.body, status, reason, corrected_ns // 1000)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import threading
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -227,6 +229,55 @@ async def test_garbage_response_is_a_transport_error():
             await pool.request("GET", "/", timeout_s=2)
         assert pool.open_connections == 0
         await pool.close()
+
+
+MS = 1_000_000
+
+
+class _ThreadServer:
+    """Answers each request at once from a thread of its own (the test's loop may be
+    blocked meanwhile) and notes, on the ``perf_counter_ns`` clock, when it began to write."""
+
+    ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.wrote_ns: list[int] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            while conn.recv(65536):
+                self.wrote_ns.append(time.perf_counter_ns())
+                conn.sendall(self.ANSWER)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.asyncio
+async def test_an_answer_is_timed_at_its_arrival_not_when_a_busy_client_reads_it():
+    server = _ThreadServer()
+    pool = HttpPool("127.0.0.1", server.port)
+    try:
+        for _ in range(3):  # connected and warm (the kernel turns stamping on lazily)
+            await pool.request("POST", "/", b"{}", timeout_s=5)
+        pending = asyncio.ensure_future(pool.request("POST", "/", b"{}", timeout_s=5))
+        await asyncio.sleep(0)  # the request goes out
+        time.sleep(0.2)  # noqa: ASYNC251 - the client is busy: the answer waits in the socket
+        busy_until_ns = time.perf_counter_ns()
+        response = await pending
+    finally:
+        await pool.close()
+        server.close()
+    wrote_ns = server.wrote_ns[-1]
+    assert busy_until_ns - wrote_ns > 150 * MS, "precondition: answered early in the pause"
+    # The kernel stamps with the wall clock; mapped onto perf_counter it may be off by
+    # some microseconds: a millisecond either way is "at once", 150 ms later is "on read".
+    assert wrote_ns - MS <= response.arrived_ns <= wrote_ns + MS
 
 
 def test_encoded_request_has_length_and_no_body_headers_for_get():
