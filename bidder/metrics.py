@@ -42,6 +42,10 @@ PROFILE_FILLS = Counter(
     "Background profile fills by outcome, in keys (found, absent, unanswered, error, dropped).",
     ["outcome"],
 )
+PROFILE_FILL_CALLS = Counter(
+    "bidsim_profile_fill_calls",
+    "BatchGetItem calls made by profile fills (keys per call = bidsim_profile_fills / this).",
+)
 PROFILE_FILL_LATENCY = Histogram(
     "bidsim_profile_fill_seconds",
     "Miss latency: from a cache miss to its background DynamoDB read finishing.",

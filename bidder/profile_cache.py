@@ -30,8 +30,9 @@ outage can hang one for seconds. So the bid path never waits for the store:
 
 ``lookup`` never raises: any fault becomes a miss. Metrics: ``bidsim_profile_lookups``
 by result (hit rate = hit / (hit + miss)), ``bidsim_profile_fills`` by outcome, in keys
-(found, absent, unanswered, error, dropped) and ``bidsim_profile_fill_seconds`` (miss
-latency: from a key's miss to its batch's answer, the window included).
+(found, absent, unanswered, error, dropped), ``bidsim_profile_fill_calls`` (keys per
+call = fills / calls) and ``bidsim_profile_fill_seconds`` (miss latency: from a key's
+miss to its batch's answer, the window included).
 """
 
 from __future__ import annotations
@@ -235,6 +236,7 @@ class ProfileCache:
         self._flying.update(batch)
         self._calls.add(call)
         self.stats.calls += 1
+        metrics.PROFILE_FILL_CALLS.inc()
         call.add_done_callback(partial(self._answered, keys))
 
     def _forget_pending(self) -> None:

@@ -421,6 +421,18 @@ async def test_fills_are_counted_in_keys_by_outcome_in_prometheus(make_cache: Ma
     assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
 
 
+@pytest.mark.asyncio
+async def test_fill_calls_are_counted_so_keys_per_call_show(make_cache: MakeCache) -> None:
+    before = REGISTRY.get_sample_value("bidsim_profile_fill_calls_total") or 0.0
+    store = _Store(gated=True)
+    cache = make_cache(store.fetch_many, batch_window_s=NO_WINDOW, max_batch=3)
+    for n in range(4):
+        cache.lookup(f"b:user{n}")
+    store.open.set()
+    await cache.drain()
+    assert (REGISTRY.get_sample_value("bidsim_profile_fill_calls_total") or 0.0) == before + 2
+
+
 # -------------------------------------------------------------- the sample stream, the outage
 
 
