@@ -45,7 +45,8 @@ def read_records(kinesis: Any, stream: str) -> list[tuple[str, LedgerEntry]]:
         while iterator:
             page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
             found += [(r["PartitionKey"], decode_entry(r["Data"])) for r in page["Records"]]
-            if not page["Records"]:
+            # The end is an empty page at the tip; Kinesis may return empty pages before it.
+            if not page["Records"] and page.get("MillisBehindLatest", 0) == 0:
                 break
             iterator = page.get("NextShardIterator")
     return found
