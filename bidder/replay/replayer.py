@@ -389,8 +389,10 @@ def _old_objects_frozen() -> Iterator[None]:
     measured in ``scripts/chaos.py``), during which no answer is read: every answer
     due in that pause counts as late, a client artefact the bidder did not cause.
     Frozen objects are skipped; what the replay itself allocates is still collected.
+    No collection first: it would run other code's finalizers inside the replay (a test
+    suite's leaked sockets then warn in whichever test replays next); garbage frozen
+    with the rest is collected after ``unfreeze``.
     """
-    gc.collect()
     gc.freeze()
     try:
         yield
