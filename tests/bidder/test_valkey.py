@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -24,10 +25,39 @@ def test_a_cluster_client_routes_keys_to_every_master(cluster: LocalValkeyCluste
     try:
         for i in range(30):
             client.set(f"factory-test:{i}", i, px=60_000)
-        sizes = [redis.Redis.from_url(node.url).dbsize() for node in cluster.nodes]
+        sizes = [_dbsize(node.url) for node in cluster.nodes]
     finally:
         client.close()
     assert all(size > 0 for size in sizes)
+
+
+def _dbsize(url: str) -> int:
+    with redis.Redis.from_url(url) as node:
+        return int(node.dbsize())
+
+
+def _connections_named(cluster: LocalValkeyCluster, name: str) -> int:
+    count = 0
+    for node in cluster.nodes:
+        with redis.Redis.from_url(node.url) as admin:
+            count += sum(client.get("name") == name for client in admin.client_list())
+    return count
+
+
+def test_closing_a_cluster_client_closes_its_connection_to_every_node(
+    cluster: LocalValkeyCluster,
+) -> None:
+    client = connect_sync(f"{cluster.url}?client_name=closing-test", cluster=True, timeout_s=2.0)
+    try:
+        for i in range(30):  # keys on every master: a connection to each
+            client.exists(f"factory-test:{i}")
+        assert _connections_named(cluster, "closing-test") >= len(cluster.nodes)
+    finally:
+        client.close()
+    give_up = time.monotonic() + 10.0  # the server drops a client on its next loop turn
+    while _connections_named(cluster, "closing-test") and time.monotonic() < give_up:
+        time.sleep(0.05)
+    assert _connections_named(cluster, "closing-test") == 0
 
 
 @pytest.mark.asyncio
