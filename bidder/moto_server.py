@@ -1,4 +1,4 @@
-"""moto's server as the local stack runs it, with two costs of a long run taken out.
+"""moto's server as the local stack runs it: two costs of a long run taken out, one race fixed.
 
 moto stands in for AWS on the same 2 cores as the bidder under test, so whatever CPU it
 burns is taken from the bidder's latency. Two of its costs grow with the run, and both
