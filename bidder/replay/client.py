@@ -1,9 +1,11 @@
-"""A lean HTTP/1.1 keep-alive client for load generation: asyncio.Protocol + httptools.
+"""A lean HTTP/1.1 keep-alive client for load generation: non-blocking sockets + httptools.
 
 Why not aiohttp's client: on a 2-core box the load generator shares the CPU with the
 bidder under test, and aiohttp's client spends about three times the CPU per request
 (measured: ~64 us against ~20 us, 64 concurrent keep-alive requests, uvloop). A replay
 needs only a fixed host, pre-built request bytes, the status, two headers and the body.
+(Reading with ``recvmsg`` for kernel timestamps, below, costs ~3 us more per request
+than uvloop's own transports did: 20-26 against 18-23 us, 32 concurrent requests.)
 
 Theory of operation. ``HttpPool`` keeps persistent connections to one host:port, one
 request at a time on each (no pipelining). ``send`` takes an idle connection (the most
