@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import http.client
 import threading
 import time
@@ -136,10 +137,15 @@ class LiveBidder:
         self.state = state
         runner = await start_site(state)
         background = await start_background(state)
+        # As a worker does after start-up (bidder.worker), and more needed here: this
+        # process also holds the whole test session's heap, and a full collection over
+        # it while the bidder serves is a loop stall long enough to be shed as overload.
+        gc.freeze()
         self._ready.set()
         try:
             await self._stop.wait()
         finally:
+            gc.unfreeze()
             await runner.cleanup()
             await stop_background(state, background)
 
