@@ -40,6 +40,7 @@ from typing import Any
 import orjson
 import uvloop
 
+from bidder.nobid import NoBid
 from bidder.replay.client import HttpPool
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import latency_ms
@@ -81,7 +82,7 @@ async def saturate(
                 "POST", BID_PATH, bodies[n % len(bodies)], HEADERS, timeout_s=1.0
             )
             n += connections
-            shed = response.headers.get("x-nbr-reason") == "overloaded"
+            shed = response.headers.get("x-nbr-reason") == NoBid.OVERLOADED.value
             counted += now >= warm_until and not shed
 
     await asyncio.gather(*(loop(i) for i in range(connections)))

@@ -7,8 +7,8 @@ spend totals. Saturation is found by a short probe unless a rate is given: 2 s s
 of the stream at rising rates (100 to 3,200 req/s, notices off), after a warm-up slice
 that is not judged; the first rate at which the bidder sheds or misses its own deadline
 on more than 1% of a slice, or the client times out on more than 0.1%, is saturated,
-and the rate before it is taken as saturation. The short form replays the first 1,500 requests at
-300 req/s without the probe.
+and the rate before it is taken as saturation. The short form replays the first 1,500
+requests at 300 req/s without the probe.
 """
 
 from __future__ import annotations
