@@ -20,6 +20,8 @@ that copy bids; a later copy finds the key and answers ``204 duplicate_auction``
   that started later than that and got no answer is lateness, not Valkey's failure:
   the copy answers ``deadline`` (counted ``late``), as any stage still waiting at the
   deadline does. On a loaded machine this keeps late copies from bidding unchecked.
+  A claim with no answer by then is not cancelled but left to finish
+  (``bidder.valkey_wait``): its connection goes back to the pool.
 - The key carries its own hash tag, so on Valkey Cluster each auction's key lives on
   one slot and the claim is one single-key command.
 
@@ -43,6 +45,7 @@ from bidder.nobid import NoBid
 from bidder.pipeline import Context, StageResult
 from bidder.supply_path import PathPolicy, auction_id, hold_s
 from bidder.valkey import AsyncValkey
+from bidder.valkey_wait import Waiter
 
 CLAIM_BUDGET_S = 0.002
 """Default least time to the deadline's margin for a claim without an answer to fail
@@ -103,13 +106,16 @@ class SupplyDedupStage:
         hold_s: float,
         claim_budget_s: float = CLAIM_BUDGET_S,
         sleep: Sleep = asyncio.sleep,
+        waiter: Waiter | None = None,
     ) -> None:
+        """``waiter``: where claims with no answer by their limit are left to finish."""
         self._claims = claims
         self._policy = policy
         self._clock = clock
         self._hold_s = hold_s
         self._claim_budget_s = claim_budget_s
         self._sleep = sleep
+        self._waiter = waiter if waiter is not None else Waiter()
 
     def __call__(self, ctx: Context, deadline: float) -> StageResult | Awaitable[StageResult]:
         tid = auction_id(ctx.request.tid)
@@ -128,8 +134,7 @@ class SupplyDedupStage:
         limit = deadline - CLAIM_MARGIN_S
         fair_chance = limit - self._clock.monotonic() >= self._claim_budget_s
         try:
-            async with asyncio.timeout_at(limit):
-                won = await self._claims.claim(tid, ctx.ssp)
+            (won,) = await self._waiter.gather([self._claims.claim(tid, ctx.ssp)], limit)
         except TimeoutError:
             if not fair_chance:
                 LATE.inc()

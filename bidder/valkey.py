@@ -73,6 +73,7 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from bidder.stack import normalize_valkey_url
+from bidder.valkey_wait import retrieve
 
 AsyncValkey = aioredis.Redis | aioredis.RedisCluster
 SyncValkey = redis.Redis | redis.RedisCluster
@@ -135,7 +136,9 @@ class _ClusterClient(aioredis.RedisCluster):
             refresh = self._refresh = loop.create_task(
                 self._reload(delay, additional_startup_nodes_info, last_failed_node_name)
             )
-            refresh.add_done_callback(_retrieved)
+            # Nobody may wait for a reload (or its waiters timed out); the next command
+            # reloads again after a failure.
+            refresh.add_done_callback(retrieve)
         if not (self._loaded and self._pausing):
             await asyncio.shield(refresh)
         return self
@@ -178,13 +181,6 @@ class _ClusterClient(aioredis.RedisCluster):
         if stale:
             await self.nodes_manager.aclose()
             await self.nodes_manager.aclose("startup_nodes")
-
-
-def _retrieved(task: asyncio.Task[None]) -> None:
-    # A reload nobody waited for (or whose waiters timed out) must not log
-    # "exception was never retrieved"; the next command reloads again.
-    if not task.cancelled():
-        task.exception()
 
 
 def connect_async(

@@ -17,7 +17,11 @@ as ARGV, so simulations run in virtual time and every bidder process judges wind
 by its own clock; see docs/fcap.md for what skew does at a window edge.
 
 No retries, no backoff: a timed-out or failed call raises ``FcapUnavailable`` and the
-campaign's policy decides (``fcap.capper``). ``connect`` builds clients that way.
+campaign's policy decides (``fcap.capper``). ``connect`` builds clients that way. A
+timed-out call is not cancelled but left to finish (``bidder.valkey_wait``): its
+connection goes back to the pool instead of being dropped. A check.lua left running
+may still reserve a slot; nobody releases it, which is the safe side (as when a
+release fails), until its bucket expires.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from bidder.valkey import connect_async
+from bidder.valkey_wait import Waiter
 from fcap import keys, scripts
 from fcap.plan import RESERVED, Period, Plan, build_plan, decide
 from fcap.rules import Subject, rules_argv
@@ -113,6 +118,7 @@ class FcapStore:
         self._plans: dict[tuple[tuple[Subject, ...], bool, bool], Plan] = {}
         self._reader = Reader(client, lean=lean_reads)
         self._background: set[asyncio.Task[Any]] = set()
+        self._waiter = Waiter()
         self._loading = asyncio.Lock()
 
     async def start(self, timeout_s: float = 5.0) -> None:
@@ -210,9 +216,11 @@ class FcapStore:
         await self._run(calls, self._write_limit(deadline))
 
     async def drain(self) -> None:
-        """Wait for background releases (of half-reserved subjects) to finish."""
+        """Wait for background releases (of half-reserved subjects) and for the calls
+        left running past their limit to finish."""
         while self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        await self._waiter.drain()
 
     # ------------------------------------------------------------------ internals
 
@@ -273,21 +281,12 @@ class FcapStore:
         return limit if deadline is None else min(deadline, limit)
 
     async def _run(self, calls: Sequence[Coroutine[Any, Any, Any]], limit: float) -> list[Any]:
-        """Run the calls concurrently until ``limit``; any failure is FcapUnavailable."""
+        """Run the calls concurrently until ``limit``; any failure is FcapUnavailable.
+        Calls still running at ``limit`` are left to finish (``bidder.valkey_wait``)."""
         try:
-            async with asyncio.timeout_at(limit):
-                if len(calls) == 1:
-                    return [await calls[0]]
-                async with asyncio.TaskGroup() as group:
-                    tasks = [group.create_task(call) for call in calls]
-                return [task.result() for task in tasks]
+            return await self._waiter.gather(calls, limit)
         except (TimeoutError, RedisError, OSError) as exc:
             raise FcapUnavailable(f"frequency counters unavailable: {exc!r}") from exc
-        except ExceptionGroup as group:
-            _, rest = group.split((TimeoutError, RedisError, OSError))
-            if rest is not None:
-                raise
-            raise FcapUnavailable(f"frequency counters unavailable: {group!r}") from group
 
 
 def _combine(codes: list[int]) -> CountOutcome:

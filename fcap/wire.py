@@ -9,7 +9,8 @@ pool, sends the command with the field names already packed (``plan.Period.packe
 reads the answer with the same parser, and gives the connection back: the same
 connections, timeouts, error mapping and reconnects as any command of that client.
 
-On a failure or cancellation (a timeout) mid-command, redis-py's connection drops
+On a failure or cancellation mid-command (a socket timeout; the store's own check
+timeout does not cancel, ``bidder.valkey_wait``), redis-py's connection drops
 itself (``send_packed_command`` / ``read_response`` disconnect on any exception but
 an error reply), so a connection never goes back to the pool with an answer
 pending. Cluster clients and single-connection clients go the usual way

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+import redis
 from prometheus_client import REGISTRY
 from redis.crc import key_slot
 
@@ -31,6 +32,7 @@ from bidder.pipeline import Context
 from bidder.stack import free_port
 from bidder.supply_path import PathPolicy
 from bidder.valkey import AsyncValkey, connect_async
+from bidder.valkey_wait import Waiter
 
 WINDOW_MS = 1000
 HOLD_S = 0.003
@@ -95,9 +97,10 @@ def stage(
     clock: SystemClock,
     policy: PathPolicy | None = None,
     claim_budget_s: float = CLAIM_BUDGET_S,
+    waiter: Waiter | None = None,
 ) -> SupplyDedupStage:
     return SupplyDedupStage(
-        claims, policy or PathPolicy(), clock, HOLD_S, claim_budget_s, sleep=sleeps
+        claims, policy or PathPolicy(), clock, HOLD_S, claim_budget_s, sleep=sleeps, waiter=waiter
     )
 
 
@@ -329,3 +332,30 @@ async def test_a_claim_started_too_close_to_the_deadline_is_late_not_failed_open
     outcome = await claim_while_stalled(private_valkey, namespace, left_s=CLAIM_BUDGET_S)
     assert outcome is NoBid.DEADLINE
     assert claims_count("late") == before + 1
+
+
+@pytest.mark.chaos
+@pytest.mark.asyncio
+async def test_a_claim_that_timed_out_lands_and_keeps_its_connection(
+    private_valkey: ValkeyNode, namespace: str
+) -> None:
+    # Cancelled mid-command, redis-py would drop the connection and the next claim
+    # would reconnect first (bidder.valkey_wait).
+    valkey = connect_async(private_valkey.url, timeout_s=5.0)
+    tid, clock, waiter = new_tid(), loop_clock(), Waiter()
+    dedup = stage(AuctionClaims(valkey, namespace, WINDOW_MS), Sleeps(), clock, waiter=waiter)
+    try:
+        with redis.Redis.from_url(private_valkey.url) as admin:
+            await valkey.ping()  # connected before the stall
+            before = admin.info("stats")["total_connections_received"]
+            os.killpg(private_valkey.pid, signal.SIGSTOP)
+            try:
+                late = await decide(dedup, context("ssp-a", tid), clock.monotonic() + 0.05)
+            finally:
+                os.killpg(private_valkey.pid, signal.SIGCONT)
+            await waiter.drain()  # the claim left running is answered
+            again = await decide(dedup, context("ssp-b", tid), clock.monotonic() + 0.05)
+            assert (late, again) == (None, NoBid.DUPLICATE_AUCTION)
+            assert admin.info("stats")["total_connections_received"] == before
+    finally:
+        await valkey.aclose()

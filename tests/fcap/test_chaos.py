@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+import redis
 
 from bidder.campaigns import CapPolicy
 from bidder.cluster import ValkeyNode
@@ -77,6 +78,25 @@ async def test_a_resumed_server_answers_the_same_client(
     finally:
         _signal(private, signal.SIGCONT)
     assert await _check(store)
+
+
+async def test_a_timed_out_check_gives_its_connection_back_once_answered(
+    store: FcapStore, private: LocalStack
+) -> None:
+    # Cancelled mid-command, redis-py would drop the connection and the next check
+    # would reconnect first (bidder.valkey_wait).
+    with redis.Redis.from_url(private.valkey_url) as admin:
+        await _check(store)  # the store's connection exists before the stall
+        before = admin.info("stats")["total_connections_received"]
+        _signal(private, signal.SIGSTOP)
+        try:
+            with pytest.raises(FcapUnavailable):
+                await _check(store)
+        finally:
+            _signal(private, signal.SIGCONT)
+        await store.drain()  # the late check is answered
+        assert await _check(store)
+        assert admin.info("stats")["total_connections_received"] == before
 
 
 async def test_paused_store_fail_open_bids_and_fail_closed_does_not(
