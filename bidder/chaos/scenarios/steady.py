@@ -8,10 +8,14 @@ of the stream at rising rates (100 to 3,200 req/s, notices off), after a warm-up
 that is not judged; the first rate at which the bidder sheds or misses its own deadline
 on more than 1% of a slice, or the client times out on more than 0.1%, is saturated,
 and the rate before it is taken as saturation. The short form replays the first 1,500
-requests at 300 req/s without the probe.
+requests at 300 req/s without the probe. A full run first measures, for 10 s with the
+stack up and no worker yet, how late the machine wakes a sleeping thread
+(``bidder.chaos.host``): the floor under the acceptance figure.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from bidder.chaos.harness import (
     SAMPLE_STREAM,
@@ -21,6 +25,7 @@ from bidder.chaos.harness import (
     live_bidder,
     records,
 )
+from bidder.chaos.host import summarize, wake_lateness
 from bidder.chaos.result import ScenarioResult, pass_summary, record_answers
 from bidder.chaos.steps import Run, audit_money, check_budgets, replay_pass, run_on_stack
 from bidder.replay.report import ReplayResult
@@ -32,6 +37,8 @@ PROBE_SLICE_S = 2.0
 SHORT_REQUESTS, SHORT_RATE = 1500, 300.0
 WARMUP_S = 2.0
 """Like ``make demo``: the first seconds of a fresh worker are excluded."""
+HOST_PROBE_S = 10.0
+"""How long the host's wake-up lateness is measured (``bidder.chaos.host``)."""
 
 
 def run(options: ScenarioOptions) -> ScenarioResult:
@@ -39,6 +46,9 @@ def run(options: ScenarioOptions) -> ScenarioResult:
 
 
 async def _run(run: Run) -> None:
+    if not run.short:  # the machine's own floor, before any worker runs
+        lateness = await asyncio.to_thread(wake_lateness, HOST_PROBE_S)
+        run.scenario.figures["host_wake_lateness"] = summarize(lateness, HOST_PROBE_S)
     async with live_bidder(run.stack, run.settings) as live:
         if run.options.rate is not None:
             rate = run.options.rate
