@@ -31,6 +31,8 @@ MAX_LEFT_RUNNING = 256
 
 
 class Waiter:
+    """Runs calls as tasks, waits for them until an instant, keeps the late ones."""
+
     def __init__(self, limit: int = MAX_LEFT_RUNNING) -> None:
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
@@ -63,7 +65,8 @@ class Waiter:
         except asyncio.CancelledError:
             self._leave(task for task in tasks if not task.done())
             raise
-        self._leave(task for task in tasks if task in pending)  # call order: kept first
+        # In call order: past the bound, the later calls are the ones cancelled.
+        self._leave(task for task in tasks if task in pending)
         for failure in [task.exception() for task in tasks if task in done]:
             if failure is not None:
                 raise failure

@@ -56,27 +56,28 @@ async def _check(store: FcapStore) -> object:
     return await store.check([OPEN], new_user(), None, T0, far_deadline())
 
 
-async def test_a_paused_server_times_out_within_the_check_timeout(
-    store: FcapStore, private: LocalStack
-) -> None:
+async def _check_while_paused(store: FcapStore, private: LocalStack) -> FcapUnavailable:
+    """A check while the server is stopped (SIGSTOP); it is resumed before returning."""
     _signal(private, signal.SIGSTOP)
     try:
         with pytest.raises(FcapUnavailable) as caught:
             await _check(store)
     finally:
         _signal(private, signal.SIGCONT)
-    assert isinstance(caught.value.__cause__, TimeoutError)  # asyncio's, not the socket's
+    return caught.value
+
+
+async def test_a_paused_server_times_out_within_the_check_timeout(
+    store: FcapStore, private: LocalStack
+) -> None:
+    failure = await _check_while_paused(store, private)
+    assert isinstance(failure.__cause__, TimeoutError)  # asyncio's, not the socket's
 
 
 async def test_a_resumed_server_answers_the_same_client(
     store: FcapStore, private: LocalStack
 ) -> None:
-    _signal(private, signal.SIGSTOP)
-    try:
-        with pytest.raises(FcapUnavailable):
-            await _check(store)
-    finally:
-        _signal(private, signal.SIGCONT)
+    await _check_while_paused(store, private)
     assert await _check(store)
 
 
@@ -88,12 +89,7 @@ async def test_a_timed_out_check_gives_its_connection_back_once_answered(
     with redis.Redis.from_url(private.valkey_url) as admin:
         await _check(store)  # the store's connection exists before the stall
         before = admin.info("stats")["total_connections_received"]
-        _signal(private, signal.SIGSTOP)
-        try:
-            with pytest.raises(FcapUnavailable):
-                await _check(store)
-        finally:
-            _signal(private, signal.SIGCONT)
+        await _check_while_paused(store, private)
         await store.drain()  # the late check is answered
         assert await _check(store)
         assert admin.info("stats")["total_connections_received"] == before
