@@ -3,10 +3,12 @@
 Theory of operation for a bid request: the deadline is fixed at receipt
 (``received + deadline_ms``, tightened to ``tmax - network allowance`` once the
 request says its tmax); the stages must be done ``answer_margin_ms`` before it, the
-time it takes to write the answer. Every await after receipt is bounded by it with
-``asyncio.timeout_at``: the body read when part of the body is still in flight,
-and each pipeline stage that does I/O (see ``bidder.pipeline``). Pure work can't
-be interrupted, so the deadline is checked once more before a bid goes out.
+time it takes to write the answer, and ``overload_margin_ms`` earlier still when the
+request was admitted while the worker sheds (``bidder.overload``): under overload the
+timer that ends a stage fires late by a loop iteration. Every await after receipt is
+bounded by it with ``asyncio.timeout_at``: the body read when part of the body is
+still in flight, and each pipeline stage that does I/O (see ``bidder.pipeline``).
+Pure work can't be interrupted, so the deadline is checked once more before a bid goes out.
 Whatever goes wrong, the answer is a 204 with a typed reason: a remote fault
 (bad body) is ``invalid``, lateness is ``deadline``, and our own bug is logged
 loudly and answered ``internal_error``.
@@ -99,8 +101,11 @@ class BidHandler:
         self._budget_s = state.settings.deadline_ms / 1000
         self._allowance_s = state.settings.network_allowance_ms / 1000
         self._margin_s = state.settings.answer_margin_ms / 1000
+        self._overload_margin_s = state.settings.overload_margin_ms / 1000
         self._shedder = LagShedder(
-            state.settings.shed_lag_s, state.settings.shed_stay_lag_ms / 1000
+            state.settings.shed_lag_s,
+            state.settings.shed_stay_lag_ms / 1000,
+            state.settings.shed_calm_ms / 1000,
         )
         self._gate = InFlightGate(state.settings.max_in_flight)
         self._lag = LoopLag(state.clock)
@@ -122,9 +127,12 @@ class BidHandler:
         if not self._gate.enter():
             metrics.SHED_IN_FLIGHT.inc()
             return self._answer_nobid(NoBid.OVERLOADED, now)
+        margin = self._margin_s
+        if self._shedder.overloaded(now):  # admitted in a lull of an overload
+            margin += self._overload_margin_s
         try:
             # Queueing before the handler counts against the deadline: charge the lag.
-            outcome = await self._decide_in_time(request, now - lag)
+            outcome = await self._decide_in_time(request, now - lag, margin)
         finally:
             self._gate.leave()
         if isinstance(outcome, NoBid):
@@ -146,9 +154,11 @@ class BidHandler:
         metrics.NOBID_BY_REASON[reason].inc()
         return web.Response(status=204, headers=_NOBID_HEADERS[reason])
 
-    async def _decide_in_time(self, request: web.Request, received: float) -> bytes | NoBid:
+    async def _decide_in_time(
+        self, request: web.Request, received: float, margin: float
+    ) -> bytes | NoBid:
         try:
-            return await self._decide(request, received)
+            return await self._decide(request, received, margin)
         except TimeoutError:
             return NoBid.DEADLINE
         except Exception:
@@ -156,13 +166,13 @@ class BidHandler:
             log.exception("bug on the bid path; answered 204 internal_error")
             return NoBid.INTERNAL_ERROR
 
-    async def _decide(self, request: web.Request, received: float) -> bytes | NoBid:
+    async def _decide(self, request: web.Request, received: float, margin: float) -> bytes | NoBid:
         try:
-            body = await self._read(request, self._deadline(received, None))
+            body = await self._read(request, self._deadline(received, None, margin))
             bid_request = parse_bid_request(body)
         except InvalidRequest:
             return NoBid.INVALID
-        deadline = self._deadline(received, bid_request.tmax_ms)
+        deadline = self._deadline(received, bid_request.tmax_ms, margin)
         if deadline <= self._state.clock.monotonic():
             return NoBid.DEADLINE
         ctx = Context(request=bid_request, ssp=request.headers.get("X-Ssp", ""), received=received)
@@ -196,13 +206,13 @@ class BidHandler:
         async with contextlib.nullcontext() if arrived else asyncio.timeout_at(deadline):
             return await read_body(request, self._settings.max_body_bytes)
 
-    def _deadline(self, received: float, tmax_ms: int | None) -> float:
+    def _deadline(self, received: float, tmax_ms: int | None, margin: float) -> float:
         """When the stages must be done: the answer's last byte is due at the deadline,
-        and writing it takes the margin."""
+        and writing it takes the ``margin``."""
         deadline = received + self._budget_s
         if tmax_ms is not None:
             deadline = min(deadline, received + tmax_ms / 1000 - self._allowance_s)
-        return deadline - self._margin_s
+        return deadline - margin
 
 
 class NoticeHandler:

@@ -57,7 +57,19 @@ def add_bidder_options(p: argparse.ArgumentParser) -> None:
         "--shed-stay-lag-ms",
         type=float,
         default=_D.shed_stay_lag_ms,
-        help="once shedding, keep shedding past this lower lag until calm for 0.1 s",
+        help="once shedding, keep shedding past this lower lag until calm",
+    )
+    g.add_argument(
+        "--shed-calm-ms",
+        type=float,
+        default=_D.shed_calm_ms,
+        help="a shedding worker is calm once its lag stayed under the lower bound this long",
+    )
+    g.add_argument(
+        "--overload-margin-ms",
+        type=float,
+        default=_D.overload_margin_ms,
+        help="until calm, stages stop this much earlier still (timers fire late then)",
     )
     g.add_argument("--public-url", metavar="URL", help="base URL of notices (default: own)")
     g = p.add_argument_group("campaigns and eligibility")
@@ -144,6 +156,8 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         max_in_flight=args.max_in_flight,
         shed_lag_ms=args.shed_lag_ms,
         shed_stay_lag_ms=args.shed_stay_lag_ms,
+        shed_calm_ms=args.shed_calm_ms,
+        overload_margin_ms=args.overload_margin_ms,
         public_url=args.public_url,
         campaigns_path=args.campaigns,
         campaign_refresh_s=args.campaign_refresh_s,

@@ -39,9 +39,6 @@ PROBE_INTERVAL_S = 0.002
 """Heartbeat period: ~500 cheap timer callbacks a second; the blind spot above."""
 HOLD_S = 4 * PROBE_INTERVAL_S
 """How long a late beat stays in the estimate."""
-CALM_S = 0.1
-"""How long the lag must stay under the low bound before an overloaded worker admits
-at the high bound again (``LagShedder``)."""
 
 
 class LoopLag:
@@ -83,10 +80,12 @@ class LagShedder:
     makes. But once overloaded, admitting every request that arrives in a lull under
     the high bound refills the loop with work that then misses its deadline: the lag
     under overload comes in bursts. So an overloaded worker keeps shedding at the low
-    bound until the loop has been calm for ``calm_s``.
+    bound until the loop has been calm for ``calm_s``. While it is overloaded, the
+    handler also gives its stages less time (``Settings.overload_margin_ms``): the
+    timers that end them fire late by a loop iteration then.
     """
 
-    def __init__(self, enter_s: float, stay_s: float, calm_s: float = CALM_S):
+    def __init__(self, enter_s: float, stay_s: float, calm_s: float):
         if not 0 < stay_s <= enter_s or calm_s < 0:
             raise ValueError(
                 f"need 0 < stay_s <= enter_s and calm_s >= 0, got {stay_s}, {enter_s}, {calm_s}"

@@ -46,6 +46,12 @@ class Settings:
     """Event-loop lag past which new bid requests are shed; default half the deadline."""
     shed_stay_lag_ms: float = 1.5
     """Once shedding, the lower lag past which a worker keeps shedding until it is calm."""
+    shed_calm_ms: float = 100.0
+    """How long the lag must stay under the lower bound for a shedding worker to be calm."""
+    overload_margin_ms: float = 3.0
+    """While a worker is shedding (not calm yet), its stages stop this much earlier still:
+    under overload a timer fires late by a loop iteration, and the answer must still be
+    written by the deadline."""
 
     @property
     def shed_lag_s(self) -> float:
@@ -187,6 +193,16 @@ class Settings:
                 0 < self.shed_stay_lag_ms <= self.shed_lag_s * 1000,
                 f"--shed-stay-lag-ms must be above 0 and at most the shed lag"
                 f" ({self.shed_lag_s * 1000:g} ms), got {self.shed_stay_lag_ms}",
+            ),
+            (
+                0 <= self.shed_calm_ms <= 60_000,
+                f"--shed-calm-ms must be 0-60000, got {self.shed_calm_ms}",
+            ),
+            (
+                self.overload_margin_ms >= 0
+                and self.answer_margin_ms + self.overload_margin_ms < self.deadline_ms,
+                "--overload-margin-ms must be 0 or more and, with --answer-margin-ms, below"
+                f" --deadline-ms ({self.deadline_ms}), got {self.overload_margin_ms}",
             ),
             (self.campaign_refresh_s >= 1, "--campaign-refresh-s must be at least 1"),
             (

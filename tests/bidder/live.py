@@ -28,7 +28,8 @@ import uvloop
 from bidder.app import BidderState
 from bidder.assemble import build_state
 from bidder.chaos.harness import chaos_settings
-from bidder.pipeline import Stage
+from bidder.nobid import NoBid
+from bidder.pipeline import Context, Stage
 from bidder.reconciler_process import running_reconciler
 from bidder.server import prepare_resources
 from bidder.settings import Settings
@@ -40,6 +41,18 @@ REPO = Path(__file__).resolve().parents[2]
 CAMPAIGNS = REPO / "fixtures" / "openrtb" / "campaigns.json"
 
 StagesHook = Callable[[BidderState], Sequence[Stage]]
+
+
+class DeadlineProbe:
+    """A stage that records the time it is given, from the request's receipt to its
+    deadline."""
+
+    def __init__(self) -> None:
+        self.budgets_s: list[float] = []
+
+    async def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        self.budgets_s.append(deadline - ctx.received)
+        return None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from bidder.nobid import NoBid
 from bidder.pipeline import Context, Stage
 from bidder.settings import Settings
 from tests.bidder.conftest import EXTERNAL
-from tests.bidder.live import LiveBidder, StagesHook
+from tests.bidder.live import DeadlineProbe, LiveBidder, StagesHook
 
 StartBidder = Callable[[Stage], LiveBidder]
 
@@ -44,17 +44,6 @@ class BlockingStage:
 
     async def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
         time.sleep(self._block_s)  # noqa: ASYNC251 - blocking the loop is the point
-        return None
-
-
-class DeadlineProbe:
-    """Records the time a stage is given, from the request's receipt to its deadline."""
-
-    def __init__(self) -> None:
-        self.budgets_s: list[float] = []
-
-    async def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
-        self.budgets_s.append(deadline - ctx.received)
         return None
 
 

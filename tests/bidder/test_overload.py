@@ -27,7 +27,7 @@ from bidder.pipeline import Context, Stage
 from bidder.settings import Settings, SettingsError
 from bidder.stack import free_port
 from tests.bidder.conftest import EXTERNAL
-from tests.bidder.live import Answer, LiveBidder, StagesHook
+from tests.bidder.live import Answer, DeadlineProbe, LiveBidder, StagesHook
 
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()
 HOLD_S = 0.008
@@ -150,7 +150,7 @@ def test_a_lag_past_the_high_bound_is_always_shed_and_one_under_the_low_never(
 
 def test_the_low_bound_must_not_exceed_the_high_one() -> None:
     with pytest.raises(ValueError, match="stay_s <= enter_s"):
-        LagShedder(enter_s=0.001, stay_s=0.002)
+        LagShedder(enter_s=0.001, stay_s=0.002, calm_s=0.1)
 
 
 # --- InFlightGate ---------------------------------------------------------------------
@@ -241,17 +241,17 @@ class HoldOnce:
         return None
 
 
-def _with(extra: Stage) -> StagesHook:
+def _with(*extra: Stage) -> StagesHook:
     def hook(state: BidderState) -> Sequence[Stage]:
-        return [extra, *state.stages]  # first: every request reaches it
+        return [*extra, *state.stages]  # first: every request reaches them
 
     return hook
 
 
 @contextlib.contextmanager
-def _live(settings: Settings, stage: Stage) -> Iterator[LiveBidder]:
+def _live(settings: Settings, *stages: Stage) -> Iterator[LiveBidder]:
     with LiveBidder(
-        settings.replace(port=free_port(), admin_port=free_port()), stages=_with(stage)
+        settings.replace(port=free_port(), admin_port=free_port()), stages=_with(*stages)
     ) as bidder:
         yield bidder
 
@@ -300,6 +300,26 @@ def test_requests_queued_behind_a_stalled_loop_are_shed_then_the_bidder_recovers
         assert _reason(queued) == (204, "overloaded")
         first.join(WAIT_S)
         assert _recovers(bidder)
+
+
+def test_a_request_admitted_while_the_worker_sheds_gets_the_overload_margin_too(
+    bidder_settings: Settings,
+) -> None:
+    # A calm window far longer than the test: once it has shed, the worker stays
+    # "overloaded" and admits only at lags under the stay bound.
+    settings = bidder_settings.replace(shed_calm_ms=60_000.0)
+    stall, probe = StallOnce(stall_s=settings.shed_lag_s * 2), DeadlineProbe()
+    with _live(settings, stall, probe) as bidder:
+        first, _ = _in_thread(bidder)
+        assert stall.entered.wait(WAIT_S)
+        queued = _send(bidder)
+        stall.release.set()
+        assert _reason(queued) == (204, "overloaded")
+        first.join(WAIT_S)
+        assert _recovers(bidder)
+    margins_ms = settings.answer_margin_ms + settings.overload_margin_ms
+    assert settings.overload_margin_ms > 0
+    assert probe.budgets_s[-1] == pytest.approx((settings.deadline_ms - margins_ms) / 1000)
 
 
 def test_a_request_past_the_in_flight_bound_is_shed_at_once(bidder_settings: Settings) -> None:

@@ -17,6 +17,8 @@ BAD: dict[str, tuple[str, Any]] = {
     "deadline_ms": ("--deadline-ms", 0.1),
     "network_allowance_ms": ("--network-allowance-ms", -1.0),
     "answer_margin_ms": ("--answer-margin-ms", 8.0),
+    "shed_calm_ms": ("--shed-calm-ms", -1.0),
+    "overload_margin_ms": ("--overload-margin-ms", 7.5),
     "max_body_bytes": ("--max-body-bytes", 100),
     "campaign_refresh_s": ("--campaign-refresh-s", 0.5),
     "campaigns_path": ("--campaigns", Path("/nonexistent/campaigns.json")),
