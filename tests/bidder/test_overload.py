@@ -288,18 +288,23 @@ def _recovers(bidder: LiveBidder) -> bool:
     return False
 
 
+def _stall_shed_recover(bidder: LiveBidder, stall: StallOnce) -> None:
+    """A request stalls the loop; one queued behind it is shed; the bidder recovers."""
+    first, _ = _in_thread(bidder)
+    assert stall.entered.wait(WAIT_S)
+    queued = _send(bidder)
+    stall.release.set()
+    assert _reason(queued) == (204, "overloaded")
+    first.join(WAIT_S)
+    assert _recovers(bidder)
+
+
 def test_requests_queued_behind_a_stalled_loop_are_shed_then_the_bidder_recovers(
     bidder_settings: Settings,
 ) -> None:
     stall = StallOnce(stall_s=bidder_settings.shed_lag_s * 2)
     with _live(bidder_settings, stall) as bidder:
-        first, _ = _in_thread(bidder)
-        assert stall.entered.wait(WAIT_S)
-        queued = _send(bidder)
-        stall.release.set()
-        assert _reason(queued) == (204, "overloaded")
-        first.join(WAIT_S)
-        assert _recovers(bidder)
+        _stall_shed_recover(bidder, stall)
 
 
 def test_a_request_admitted_while_the_worker_sheds_gets_the_overload_margin_too(
@@ -310,13 +315,7 @@ def test_a_request_admitted_while_the_worker_sheds_gets_the_overload_margin_too(
     settings = bidder_settings.replace(shed_calm_ms=60_000.0)
     stall, probe = StallOnce(stall_s=settings.shed_lag_s * 2), DeadlineProbe()
     with _live(settings, stall, probe) as bidder:
-        first, _ = _in_thread(bidder)
-        assert stall.entered.wait(WAIT_S)
-        queued = _send(bidder)
-        stall.release.set()
-        assert _reason(queued) == (204, "overloaded")
-        first.join(WAIT_S)
-        assert _recovers(bidder)
+        _stall_shed_recover(bidder, stall)
     margins_ms = settings.answer_margin_ms + settings.overload_margin_ms
     assert settings.overload_margin_ms > 0
     assert probe.budgets_s[-1] == pytest.approx((settings.deadline_ms - margins_ms) / 1000)
