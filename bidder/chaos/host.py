@@ -7,8 +7,8 @@ a virtual CPU the host takes away for a while stalls every process on it, whatev
 the bidder does. ``steady`` measures it with its stack up but before any worker
 starts, and reports it beside the acceptance figure. The scale: at 400 req/s one
 16 ms stall delays about 6 answers past an 8 ms deadline, while 0.01% of the 5,200
-requests ``steady`` measures is half an answer. (Measured on this project's 2-core
-machine, idle, 60 s: 54,366 wake-ups, 14 over 2 ms, 2 over 8 ms, the worst 16.8 ms.)
+requests ``steady`` measures is half an answer. (This project's 2-core machine, idle,
+stalled past 8 ms once or twice a minute: figures and command in docs/reliability.md.)
 """
 
 from __future__ import annotations
