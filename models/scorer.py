@@ -10,10 +10,20 @@ file is not the one the metadata describes (a half-copied artifact).
 
 Predict path. ``Booster.predict`` spends most of a small call in Python (a predictor
 object, parameter strings, shape checks: about 20 us for one row). ``Scorer.predict``
-makes the same C call LightGBM makes, ``LGBM_BoosterPredictForMat``, directly, with the
-parameter string (``num_threads=1``) and output buffer prepared once, so ten rows cost
-less than one row through ``Booster.predict`` with outputs bit-identical to it (a test
-checks). One Scorer serves one event loop; its buffer is not for concurrent callers.
+calls LightGBM's C API directly with the parameter string (``num_threads=1``) and the
+output buffer prepared once; outputs are bit-identical to ``Booster.predict`` (a test
+checks). One row (88% of the scoring calls over the sample stream) goes through
+``LGBM_BoosterPredictForMatSingleRowFast`` with a ``FastConfig`` made at load time:
+``LGBM_BoosterPredictForMat`` builds a predictor per call (10 us against 4 us for one
+row, idle machine). A batch goes through ``LGBM_BoosterPredictForMat``.
+
+The calls keep the GIL (``ctypes.PyDLL``; LightGBM's own ``CDLL`` releases it). A call
+takes microseconds, and releasing the GIL on the event loop's thread hands it to
+whichever worker thread wants it: a boto3 call (profile fills, spend stream puts) then
+runs Python for up to the interpreter's switch interval (5 ms) before the loop gets
+the GIL back (``scripts/bench_score.py``'s contended figures; docs/benchmarks.md,
+"Scoring", has what it did in a worker). One Scorer serves one event loop; its buffers
+are not for concurrent callers.
 
 ``ModelHandle`` holds the live Scorer. ``reload`` builds a new one off to the side and
 swaps the reference in one assignment, so a request sees the old model or the new one,
@@ -25,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +53,8 @@ META_FILE = "ctr.json"
 WIN_RATE_FILE = "win_rate.json"
 DEFAULT_DIR = Path(__file__).resolve().parent / "artifact"
 MAX_BATCH = 256
+
+_LIB_KEEPING_GIL = ctypes.PyDLL(_LIB._name, handle=_LIB._handle)
 
 _C_API_DTYPE_FLOAT64 = 1
 _C_API_IS_ROW_MAJOR = 1
@@ -78,6 +91,21 @@ class Scorer:
         self._out = np.empty(MAX_BATCH, dtype=np.float64)
         self._out_ptr = self._out.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
         self._n_out = ctypes.c_int64(0)
+        self._fast = ctypes.c_void_p()
+        _safe_call(
+            _LIB.LGBM_BoosterPredictForMatSingleRowFastInit(
+                booster._handle,
+                ctypes.c_int(_C_API_PREDICT_NORMAL),
+                ctypes.c_int(0),  # start iteration
+                ctypes.c_int(-1),  # all iterations
+                ctypes.c_int(_C_API_DTYPE_FLOAT64),
+                ctypes.c_int32(features.WIDTH),
+                ctypes.c_char_p(self._params),
+                ctypes.byref(self._fast),
+            )
+        )
+        # The finalizer holds the booster, so the FastConfig never outlives the model.
+        weakref.finalize(self, _free_fast_config, self._fast, booster)
 
     @classmethod
     def load(cls, directory: Path = DEFAULT_DIR) -> Scorer:
@@ -99,7 +127,7 @@ class Scorer:
         return cls(booster, meta, read_win_rate(directory / WIN_RATE_FILE))
 
     def predict(self, rows: np.ndarray) -> list[float]:
-        """P(click) per row of a C-ordered float64 (n, WIDTH) array, in one C call."""
+        """P(click) per row of a float64 (n, WIDTH) array, in one C call."""
         n = rows.shape[0]
         if n == 0:
             return []
@@ -112,27 +140,45 @@ class Scorer:
             out = np.empty(n, dtype=np.float64)
             out_ptr = out.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
         try:
-            _safe_call(
-                _LIB.LGBM_BoosterPredictForMat(
-                    self.booster._handle,
-                    rows.ctypes.data_as(ctypes.c_void_p),
-                    ctypes.c_int(_C_API_DTYPE_FLOAT64),
-                    ctypes.c_int32(n),
-                    ctypes.c_int32(features.WIDTH),
-                    ctypes.c_int(_C_API_IS_ROW_MAJOR),
-                    ctypes.c_int(_C_API_PREDICT_NORMAL),
-                    ctypes.c_int(0),  # start iteration
-                    ctypes.c_int(-1),  # all iterations
-                    ctypes.c_char_p(self._params),
-                    ctypes.byref(self._n_out),
-                    out_ptr,
+            if n == 1:
+                _safe_call(
+                    _LIB_KEEPING_GIL.LGBM_BoosterPredictForMatSingleRowFast(
+                        self._fast,
+                        rows.ctypes.data_as(ctypes.c_void_p),
+                        ctypes.byref(self._n_out),
+                        out_ptr,
+                    )
                 )
-            )
+            else:
+                self._predict_batch(rows, n, out_ptr)
         except lightgbm.basic.LightGBMError as exc:
             raise ScoringError(f"LightGBM predict failed: {exc}") from exc
         if self._n_out.value != n:
             raise ScoringError(f"LightGBM returned {self._n_out.value} scores for {n} rows")
         return out[:n].tolist()
+
+    def _predict_batch(self, rows: np.ndarray, n: int, out_ptr: Any) -> None:
+        _safe_call(
+            _LIB_KEEPING_GIL.LGBM_BoosterPredictForMat(
+                self.booster._handle,
+                rows.ctypes.data_as(ctypes.c_void_p),
+                ctypes.c_int(_C_API_DTYPE_FLOAT64),
+                ctypes.c_int32(n),
+                ctypes.c_int32(features.WIDTH),
+                ctypes.c_int(_C_API_IS_ROW_MAJOR),
+                ctypes.c_int(_C_API_PREDICT_NORMAL),
+                ctypes.c_int(0),  # start iteration
+                ctypes.c_int(-1),  # all iterations
+                ctypes.c_char_p(self._params),
+                ctypes.byref(self._n_out),
+                out_ptr,
+            )
+        )
+
+
+def _free_fast_config(fast: ctypes.c_void_p, _booster: lightgbm.Booster) -> None:
+    """``_booster`` is passed only to keep the model alive until its FastConfig is freed."""
+    _LIB.LGBM_FastConfigFree(fast)
 
 
 def read_meta(path: Path) -> ArtifactMeta:

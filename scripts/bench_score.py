@@ -2,9 +2,17 @@
 
     .venv/bin/python scripts/bench_score.py [--rounds 5000] [--artifact DIR]
 
-Figures (medians over ``--rounds`` interleaved rounds, one process, one thread):
+Figures (medians over ``--rounds`` interleaved rounds, one process):
 
 ``single_us``        one row through ``Booster.predict(row, num_threads=1)``: the yardstick
+``one_row_us``       the same row through the serving call (``Scorer.predict``)
+``one_row_ratio``    one_row_us / single_us
+``contended_single_us``, ``contended_one_row_us``, ``contended_ratio``: the same two
+                     (means per call, not medians) while another thread of the process
+                     runs Python in bursts (2 ms of work, 3 ms asleep), as a worker's
+                     boto3 threads do beside the event loop. ``Booster.predict`` releases
+                     the GIL in its C call, so the caller then waits for the other thread
+                     to give it back; the serving call keeps it (``models.scorer``)
 ``batch_us``         10 candidates' rows through the serving call (``Scorer.predict``)
 ``batch_ratio``      batch_us / single_us (goal <= 1.5)
 ``booster_batch_ratio`` the same 10 rows through ``Booster.predict`` / single_us, for context
@@ -18,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +55,40 @@ def _median_us(fn: Callable[[], object], rounds: int) -> float:
     return statistics.median(samples) / 1000
 
 
+def _mean_us(fn: Callable[[], object], rounds: int) -> float:
+    """The mean, not the median: a wait for the GIL hits a few calls hard."""
+    start = time.perf_counter_ns()
+    for _ in range(rounds):
+        fn()
+    return (time.perf_counter_ns() - start) / rounds / 1000
+
+
+class _Contender:
+    """A thread that wants the GIL in bursts: ``BURST_S`` of Python, then ``REST_S`` asleep."""
+
+    BURST_S = 0.002
+    REST_S = 0.003
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _Contender:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            end = time.perf_counter() + self.BURST_S
+            while time.perf_counter() < end:
+                sum(range(100))
+            time.sleep(self.REST_S)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5000)
@@ -64,16 +107,23 @@ def main() -> int:
     one = rows[:1].copy()
 
     gc.collect()
-    single, batch, booster_batch, per_request = [], [], [], []
+    single, one_row, batch, booster_batch, per_request = [], [], [], [], []
+    contended_single, contended_one_row = [], []
     for _ in range(5):  # interleaved blocks: drift hits every figure alike
         n = max(args.rounds // 5, 1)
         single.append(_median_us(lambda: booster.predict(one, num_threads=1), n))
+        one_row.append(_median_us(lambda: scorer.predict(one), n))
+        with _Contender():
+            contended_single.append(_mean_us(lambda: booster.predict(one, num_threads=1), n))
+            contended_one_row.append(_mean_us(lambda: scorer.predict(one), n))
         batch.append(_median_us(lambda: scorer.predict(rows), n))
         booster_batch.append(_median_us(lambda: booster.predict(rows, num_threads=1), n))
         per_request.append(
             _median_us(lambda: pricer.price(request, first.ssp, first.profile, candidates), n)
         )
     single_us, batch_us = statistics.median(single), statistics.median(batch)
+    one_row_us = statistics.median(one_row)
+    contended = statistics.median(contended_single), statistics.median(contended_one_row)
     diff = np.max(np.abs(np.asarray(scorer.predict(rows)) - booster.predict(rows)))
     priced = pricer.price(request, first.ssp, first.profile, candidates)
     result = {
@@ -82,6 +132,11 @@ def main() -> int:
         "priced": len(priced),
         "rounds": args.rounds,
         "single_us": round(single_us, 2),
+        "one_row_us": round(one_row_us, 2),
+        "one_row_ratio": round(one_row_us / single_us, 3),
+        "contended_single_us": round(contended[0], 2),
+        "contended_one_row_us": round(contended[1], 2),
+        "contended_ratio": round(contended[1] / contended[0], 3),
         "batch_us": round(batch_us, 2),
         "batch_ratio": round(batch_us / single_us, 3),
         "booster_batch_ratio": round(statistics.median(booster_batch) / single_us, 3),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import shutil
 from pathlib import Path
 
@@ -45,6 +46,25 @@ def test_one_batch_scores_equal_single_row_scores(world: World, scorer: Scorer) 
 def test_a_batch_larger_than_the_buffer_is_scored(world: World, scorer: Scorer) -> None:
     rows = np.repeat(_serving_rows(world, 1), 300, axis=0)
     assert len(set(scorer.predict(rows))) == 1
+
+
+def test_a_row_that_is_not_contiguous_scores_as_a_contiguous_one(
+    world: World, scorer: Scorer
+) -> None:
+    rows = _serving_rows(world, 3)
+    column_major = np.asfortranarray(rows)[1:2]
+    assert not column_major.flags.c_contiguous
+    assert scorer.predict(column_major) == scorer.predict(rows[1:2].copy())
+
+
+def test_scorers_dropped_after_reloads_free_their_model_cleanly(world: World) -> None:
+    row = _serving_rows(world, 1)
+    expected = Scorer.load(world.artifact).predict(row)
+    for _ in range(20):  # what a reloading worker does: a new Scorer, the old one dropped
+        assert Scorer.load(world.artifact).predict(row) == expected
+    gc.collect()
+    survivor = Scorer.load(world.artifact)
+    assert survivor.predict(row) == expected
 
 
 def test_a_batch_of_the_wrong_width_is_a_scoring_error(scorer: Scorer) -> None:
