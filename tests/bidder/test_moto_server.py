@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
+from moto import backends
 from moto.kinesis.models import Shard
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-from bidder.moto_server import _OneCopyPerTransaction, serialize_kinesis_shards
+from bidder.moto_server import (
+    _OneCopyPerTransaction,
+    list_moto_modules_once,
+    serialize_kinesis_shards,
+)
 
 SWITCH_WAIT_S = 0.5
 """How long the first put lets the other one run: it finishes at once unless it waits for
@@ -84,3 +91,20 @@ def test_each_transaction_copies_the_table_as_it_is_then() -> None:
     table["items"].append("b")
     after = shim.during(lambda: shim.deepcopy(table))()
     assert before == {"items": ["a"]} and after == {"items": ["a", "b"]}
+
+
+def test_moto_routes_requests_from_a_module_listing_read_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(backends, "list_of_moto_modules", backends.list_of_moto_modules)
+    listed = list(backends.list_of_moto_modules())
+    list_moto_modules_once()
+
+    def no_disk(path: str) -> list[str]:
+        raise AssertionError(f"listed {path} again")
+
+    monkeypatch.setattr(os, "listdir", no_disk)
+    assert list(backends.list_of_moto_modules()) == listed
+    dispatcher = DomainDispatcherApplication(create_backend_app)
+    assert dispatcher.get_backend_for_host("dynamodb") == "dynamodb"
+    assert dispatcher.get_backend_for_host("kinesis.us-east-1.amazonaws.com") == "kinesis"
