@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import os
 import threading
+import types
+import uuid
+from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from moto import backends
 from moto.kinesis.models import Shard
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
+from bidder.aws import aws_client
 from bidder.moto_server import (
-    _OneCopyPerTransaction,
+    _NoTableCopies,
     list_moto_modules_once,
+    saved_items,
     serialize_kinesis_shards,
 )
 
@@ -49,48 +55,125 @@ def test_two_puts_racing_on_one_shard_both_keep_their_record(
 
 
 class _Table(dict[str, list[str]]):
-    """A stand-in for moto's Table: the type the shim copies once."""
+    """A stand-in for moto's Table: the type whose deep copies are skipped."""
 
 
-def test_within_a_transaction_a_table_is_deep_copied_once() -> None:
-    shim = _OneCopyPerTransaction(once=_Table)
-    table = _Table(items=["a"])
-
-    def transaction() -> tuple[object, object]:
-        return shim.deepcopy(table), shim.deepcopy(table)
-
-    first, second = shim.during(transaction)()
-    assert first is second
-    assert first == table and first is not table
-    assert first["items"] is not table["items"]  # a deep copy, not a view of the table
+def test_a_table_is_not_deep_copied_other_objects_are() -> None:
+    shim = _NoTableCopies(_Table)
+    table, item = _Table(items=["a"]), {"pk": ["a"]}
+    assert shim.deepcopy(table) is table
+    copied = shim.deepcopy(item)
+    assert copied == item and copied["pk"] is not item["pk"]
 
 
-def test_other_objects_are_copied_anew_even_within_a_transaction() -> None:
-    shim = _OneCopyPerTransaction(once=_Table)
-    item = {"pk": ["a"]}
-
-    def transaction() -> tuple[object, object]:
-        before = shim.deepcopy(item)
-        item["pk"].append("b")
-        return before, shim.deepcopy(item)
-
-    assert shim.during(transaction)() == ({"pk": ["a"]}, {"pk": ["a", "b"]})
+def test_entries_moto_will_refuse_are_not_saved() -> None:
+    backend = types.SimpleNamespace(tables={})
+    malformed = [{"Put": {"TableName": "absent", "Item": {}}}, {"Put": {}, "Delete": {}}, "x"]
+    assert saved_items(backend, malformed) == []
+    assert saved_items(backend, "not a list") == []
 
 
-def test_outside_a_transaction_each_deep_copy_is_a_new_one() -> None:
-    shim = _OneCopyPerTransaction(once=_Table)
-    table = _Table(items=["a"])
-    shim.during(lambda: shim.deepcopy(table))()
-    assert shim.deepcopy(table) is not shim.deepcopy(table)
+def _table(client: Any, range_key: bool = False) -> str:
+    name = f"tx-{uuid.uuid4().hex[:8]}"
+    keys = [("pk", "HASH")] + ([("sk", "RANGE")] if range_key else [])
+    client.create_table(
+        TableName=name,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": k, "AttributeType": "S"} for k, _ in keys],
+        KeySchema=[{"AttributeName": k, "KeyType": kind} for k, kind in keys],
+    )
+    return name
 
 
-def test_each_transaction_copies_the_table_as_it_is_then() -> None:
-    shim = _OneCopyPerTransaction(once=_Table)
-    table = _Table(items=["a"])
-    before = shim.during(lambda: shim.deepcopy(table))()
-    table["items"].append("b")
-    after = shim.during(lambda: shim.deepcopy(table))()
-    assert before == {"items": ["a"]} and after == {"items": ["a", "b"]}
+def _items(client: Any, table: str) -> dict[str, dict[str, Any]]:
+    found = client.scan(TableName=table, ConsistentRead=True)["Items"]
+    return {item["pk"]["S"] + item.get("sk", {}).get("S", ""): item for item in found}
+
+
+def _put(table: str, pk: str, **attrs: str) -> dict[str, Any]:
+    return {"Put": {"TableName": table, "Item": {"pk": {"S": pk}, **_s(attrs)}}}
+
+
+def _s(attrs: dict[str, str]) -> dict[str, Any]:
+    return {name: {"S": value} for name, value in attrs.items()}
+
+
+def test_a_cancelled_transaction_leaves_every_item_as_it_was(aws_endpoint: str) -> None:
+    client = aws_client("dynamodb", aws_endpoint)
+    table = _table(client)
+    client.put_item(TableName=table, Item={"pk": {"S": "kept"}, "n": {"N": "1"}})
+    client.put_item(TableName=table, Item={"pk": {"S": "deleted"}, "v": {"S": "x"}})
+    before = _items(client, table)
+    with pytest.raises(client.exceptions.TransactionCanceledException):
+        client.transact_write_items(
+            TransactItems=[
+                {
+                    "Update": {
+                        "TableName": table,
+                        "Key": {"pk": {"S": "kept"}},
+                        "UpdateExpression": "ADD n :five",
+                        "ExpressionAttributeValues": {":five": {"N": "5"}},
+                    }
+                },
+                _put(table, "new", v="y"),
+                {"Delete": {"TableName": table, "Key": {"pk": {"S": "deleted"}}}},
+                {
+                    "ConditionCheck": {
+                        "TableName": table,
+                        "Key": {"pk": {"S": "missing"}},
+                        "ConditionExpression": "attribute_exists(pk)",
+                    }
+                },
+            ]
+        )
+    assert _items(client, table) == before
+
+
+def test_a_transaction_refused_midway_leaves_the_items_as_they_were(aws_endpoint: str) -> None:
+    client = aws_client("dynamodb", aws_endpoint)
+    table = _table(client)
+    client.put_item(TableName=table, Item={"pk": {"S": "a"}, "v": {"S": "old"}})
+    before = _items(client, table)
+    with pytest.raises(ClientError, match="ValidationException"):  # two writes to one item
+        client.transact_write_items(
+            TransactItems=[_put(table, "a", v="new"), _put(table, "b"), _put(table, "a")]
+        )
+    assert _items(client, table) == before
+
+
+def test_a_cancelled_transaction_restores_items_of_a_range_key_table(aws_endpoint: str) -> None:
+    client = aws_client("dynamodb", aws_endpoint)
+    table = _table(client, range_key=True)
+    client.put_item(TableName=table, Item={"pk": {"S": "h"}, "sk": {"S": "1"}, "v": {"S": "x"}})
+    before = _items(client, table)
+    with pytest.raises(client.exceptions.TransactionCanceledException):
+        client.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table, "Item": _s({"pk": "h", "sk": "1", "v": "y"})}},
+                {"Put": {"TableName": table, "Item": _s({"pk": "h", "sk": "2"})}},
+                {
+                    "Put": {
+                        "TableName": table,
+                        "Item": _s({"pk": "h", "sk": "3"}),
+                        "ConditionExpression": "attribute_exists(pk)",
+                    }
+                },
+            ]
+        )
+    assert _items(client, table) == before
+
+
+def test_a_transaction_that_succeeds_applies_every_item(aws_endpoint: str) -> None:
+    client = aws_client("dynamodb", aws_endpoint)
+    table = _table(client)
+    client.put_item(TableName=table, Item={"pk": {"S": "gone"}})
+    client.transact_write_items(
+        TransactItems=[
+            _put(table, "a", v="1"),
+            {"Delete": {"TableName": table, "Key": {"pk": {"S": "gone"}}}},
+        ]
+    )
+    assert _items(client, table) == {"a": {"pk": {"S": "a"}, "v": {"S": "1"}}}
 
 
 def test_moto_routes_requests_from_a_module_listing_read_once(
