@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from moto import backends
 from moto.kinesis.models import Shard
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
@@ -17,9 +19,9 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from bidder.aws import aws_client
 from bidder.moto_server import (
     _NoTableCopies,
+    fix_kinesis_shards,
     list_moto_modules_once,
     saved_items,
-    serialize_kinesis_shards,
 )
 
 SWITCH_WAIT_S = 0.5
@@ -30,7 +32,7 @@ the first one's lock. Only a bound; nothing measures it."""
 def test_two_puts_racing_on_one_shard_both_keep_their_record(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    serialize_kinesis_shards()
+    fix_kinesis_shards()
     shard = Shard(0, 0, 2**128)
     shard.put_record("k", "first", "")
     other = threading.Thread(target=shard.put_record, args=("k", "b", ""))
@@ -52,6 +54,50 @@ def test_two_puts_racing_on_one_shard_both_keep_their_record(
     shard.put_record("k", "a", "")
     other.join()
     assert sorted(record.data for record in shard.records.values()) == ["a", "b", "first"]
+
+
+def _shard(records: int) -> Shard:
+    fix_kinesis_shards()
+    shard = Shard(0, 0, 2**128)
+    for n in range(records):
+        shard.put_record(str(n), f"data-{n}", "")
+    return shard
+
+
+def _expected(shard: Shard, after: int, limit: int | None) -> tuple[list[Any], int, int]:
+    """What GetRecords means: the records numbered after ``after``, in order, at most
+    ``limit``; the last number returned; how far behind the shard's last record."""
+    found = [record for number, record in shard.records.items() if number > after][:limit]
+    if not found:
+        return [], after, 0
+    newest = shard.records[next(reversed(shard.records))]
+    return found, found[-1].sequence_number, int((newest.created_at - found[-1].created_at) * 1000)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    records=st.integers(0, 40),
+    after=st.integers(-1, 45),
+    limit=st.none() | st.integers(1, 45),
+)
+def test_get_records_returns_the_records_after_the_position(
+    records: int, after: int, limit: int | None
+) -> None:
+    shard = _shard(records)
+    assert shard.get_records(str(after), limit) == _expected(shard, after, limit)
+
+
+def test_get_records_on_a_shard_with_a_gap_walks_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    shard = _shard(10)
+    del shard.records[4]
+    assert shard.get_records("2", 3) == _expected(shard, 2, 3)
+    assert shard.get_records("0", None) == _expected(shard, 0, None)
+
+
+def test_a_shard_s_first_and_last_numbers() -> None:
+    assert (_shard(0).get_min_sequence_number(), _shard(0).get_max_sequence_number()) == (0, 0)
+    shard = _shard(5)
+    assert (shard.get_min_sequence_number(), shard.get_max_sequence_number()) == (1, 5)
 
 
 class _Table(dict[str, list[str]]):
