@@ -1,4 +1,4 @@
-"""moto's server as the local stack runs it: four costs taken out, one race fixed.
+"""moto's server as the local stack runs it: four costs taken out, two races fixed.
 
 moto stands in for AWS on the same 2 cores as the bidder under test, so whatever CPU it
 burns is taken from the bidder's latency. Four of its costs are removed here without
@@ -36,15 +36,27 @@ changing what any call answers; all but the last grow with the run:
   (``timeit`` of ``get_application`` on a DynamoDB request). The listing cannot change
   while the server runs, so it is made once.
 
-And one correction: Kinesis shards are used under a lock. moto serves each request on a
-thread of its own, and ``Shard.put_record`` ("not safe for concurrency", its own
-comment) reads the shard's last sequence number, then stores the record under the next
-one. Two PutRecords calls on one shard (two bidder workers shipping at once) can both
-take N+1: the later store overwrites the earlier record, and both callers were told it
-was accepted, so a ledger entry is silently gone from the stream (the chaos suite's
-``steady`` lost one; 4 processes putting in a loop lose about 1 record in 60 with a
-0.5 ms switch interval). Reads iterate the same dict and can fail ("mutated during
-iteration") while a put runs.
+And two corrections, both races between moto's request threads (it serves each request
+on a thread of its own):
+
+* Kinesis shards are used under a lock. ``Shard.put_record`` ("not safe for
+  concurrency", its own comment) reads the shard's last sequence number, then stores
+  the record under the next one. Two PutRecords calls on one shard (two bidder workers
+  shipping at once) can both take N+1: the later store overwrites the earlier record,
+  and both callers were told it was accepted, so a ledger entry is silently gone from
+  the stream (the chaos suite's ``steady`` lost one; 4 processes putting in a loop
+  lose about 1 record in 60 with a 0.5 ms switch interval). Reads iterate the same
+  dict and can fail ("mutated during iteration") while a put runs.
+* DynamoDB transactions are serialized with the item writes. A transaction is several
+  writes and, on failure, their undoing; DynamoDB makes it atomic, moto does not. The
+  reconciler's client retries a call after a 5 s read timeout: a retried transaction
+  running beside its still-running first attempt fails its conditions on the first
+  attempt's fresh items, and its rollback (saved before them) removes them while the
+  first attempt's increments stay, so a later replay of those entries counts them
+  twice. moto's own whole-table restore raced the same way and erased the first
+  attempt's writes instead. Found by reading, not seen happen: one re-entrant lock now
+  covers ``transact_write_items``, ``put_item``, ``update_item`` and ``delete_item``,
+  so a transaction and its rollback see no other write in between.
 """
 
 from __future__ import annotations
@@ -60,6 +72,8 @@ from typing import Any
 from moto.dynamodb.models.dynamo_type import DynamoType
 
 _OLDEST = 2
+_ITEM_WRITES = ("transact_write_items", "put_item", "update_item", "delete_item")
+"""The DynamoDB backend's writes of items that a transaction must not interleave with."""
 _SHARD_METHODS = ("put_record", "get_records", "get_sequence_number_at")
 """Every ``Shard`` method that reads or writes its records dict in more than one step."""
 
@@ -140,15 +154,21 @@ def _undone_by_item(transact: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def roll_back_transactions_by_item() -> None:
-    """Patch moto's DynamoDB backend as described in the module docstring (idempotent)."""
+def fix_dynamodb_transactions() -> None:
+    """Transactions rolled back by item and serialized with the item writes, as the
+    module docstring says (idempotent)."""
     from moto.dynamodb import models
     from moto.dynamodb.models.table import Table
 
-    models.copy = _NoTableCopies(Table)  # type: ignore[assignment]
     backend = models.DynamoDBBackend
-    if not hasattr(backend.transact_write_items, "__wrapped__"):
-        backend.transact_write_items = _undone_by_item(backend.transact_write_items)  # type: ignore[method-assign]
+    if getattr(backend, "_bidsim_fixed", False):
+        return
+    models.copy = _NoTableCopies(Table)  # type: ignore[assignment]
+    backend.transact_write_items = _undone_by_item(backend.transact_write_items)  # type: ignore[method-assign]
+    writes = threading.RLock()  # re-entrant: a transaction calls the item writes
+    for name in _ITEM_WRITES:
+        setattr(backend, name, _holding(writes, getattr(backend, name)))
+    backend._bidsim_fixed = True  # type: ignore[attr-defined]
 
 
 def list_moto_modules_once() -> None:
@@ -207,7 +227,9 @@ def _records_from_position(walk: Callable[..., Any]) -> Callable[..., Any]:
     return records_from_position
 
 
-def _holding(lock: threading.Lock, method: Callable[..., Any]) -> Callable[..., Any]:
+def _holding(
+    lock: threading.Lock | threading.RLock, method: Callable[..., Any]
+) -> Callable[..., Any]:
     @functools.wraps(method)
     def locked(*args: Any, **kwargs: Any) -> Any:
         with lock:
@@ -218,7 +240,7 @@ def _holding(lock: threading.Lock, method: Callable[..., Any]) -> Callable[..., 
 
 def main() -> None:
     gc.callbacks.append(_freeze_after_full_collection)
-    roll_back_transactions_by_item()
+    fix_dynamodb_transactions()
     list_moto_modules_once()
     fix_kinesis_shards()
     from moto.server import main as moto_main

@@ -13,12 +13,14 @@ from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import backends
+from moto.dynamodb import models
 from moto.kinesis.models import Shard
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
 from bidder.aws import aws_client
 from bidder.moto_server import (
     _NoTableCopies,
+    fix_dynamodb_transactions,
     fix_kinesis_shards,
     list_moto_modules_once,
     saved_items,
@@ -117,6 +119,56 @@ def test_entries_moto_will_refuse_are_not_saved() -> None:
     malformed = [{"Put": {"TableName": "absent", "Item": {}}}, {"Put": {}, "Delete": {}}, "x"]
     assert saved_items(backend, malformed) == []
     assert saved_items(backend, "not a list") == []
+
+
+WRITE_WAIT_S = 1.0
+"""How long a write may try to run while a transaction is held inside: without the lock
+it finishes in about a millisecond. Only a bound; nothing measures it."""
+
+
+def test_a_write_waits_for_a_running_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    fix_dynamodb_transactions()
+    backend = models.DynamoDBBackend("us-east-1", "123456789012")
+    backend.create_table(
+        name="t",
+        schema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        throughput=None,
+        attr=[{"AttributeName": "pk", "AttributeType": "S"}],
+        global_indexes=None,
+        indexes=None,
+        streams=None,
+        billing_mode="PAY_PER_REQUEST",
+        sse_specification=None,
+        tags=[],
+        deletion_protection_enabled=None,
+        warm_throughput=None,
+    )
+    inside, release = threading.Event(), threading.Event()
+    condition = models.get_filter_expression
+
+    def held_inside(*args: Any, **kwargs: Any) -> Any:
+        inside.set()
+        release.wait(WRITE_WAIT_S * 5)
+        return condition(*args, **kwargs)
+
+    monkeypatch.setattr(models, "get_filter_expression", held_inside)
+    put = {"Put": {"TableName": "t", "Item": {"pk": {"S": "a"}, "by": {"S": "transaction"}}}}
+    put["Put"]["ConditionExpression"] = "attribute_not_exists(pk)"
+    transaction = threading.Thread(target=backend.transact_write_items, args=([put],))
+    write = threading.Thread(
+        target=backend.put_item, args=("t", {"pk": {"S": "a"}, "by": {"S": "write"}})
+    )
+    transaction.start()
+    assert inside.wait(WRITE_WAIT_S * 5)
+    write.start()
+    write.join(WRITE_WAIT_S)
+    still_waiting = write.is_alive()
+    release.set()
+    transaction.join()
+    write.join()
+    assert still_waiting
+    item = backend.get_item("t", {"pk": {"S": "a"}})
+    assert item is not None and item.attrs["by"].value == "write"  # the write came second
 
 
 def _table(client: Any, range_key: bool = False) -> str:
