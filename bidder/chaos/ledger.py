@@ -11,7 +11,8 @@ adopt dead workers' segments, the reconciler applies what it reads):
 - ``lost`` = acknowledged bills with no distinct ledger entry in the stream, once the
   stream stops growing or holds them all (bounded wait);
 - the ledger, deduplicated by ledger id, is summed per (UTC day, campaign) and must
-  equal DynamoDB's spend totals once the reconciler has caught up (bounded wait).
+  equal DynamoDB's spend totals once the reconciler has caught up (bounded wait; the
+  stream is read again for each comparison).
 
 Entries a scenario injected itself (``runaway_spend``: a rogue node) carry their own
 Snowflake node id and are kept apart from the bidder's.
@@ -91,6 +92,18 @@ class LedgerAudit:
         }
 
 
+def read_audit(
+    kinesis: Any, stream: str, acknowledged: int, rogue_nodes: Collection[int] = ()
+) -> LedgerAudit:
+    """The stream as it is now, against ``acknowledged`` bills."""
+    entries = distinct(read_ledger(kinesis, stream))
+    ours = [e for e in entries if e.node not in rogue_nodes]
+    return LedgerAudit(
+        acknowledged, len(ours), max(0, acknowledged - len(ours)),
+        injected=len(entries) - len(ours), entries=entries,
+    )  # fmt: skip
+
+
 def wait_for_stream(
     settings: Settings, acknowledged: int, bound_s: float, rogue_nodes: Collection[int] = ()
 ) -> LedgerAudit:
@@ -98,26 +111,31 @@ def wait_for_stream(
     kinesis = aws_client("kinesis", settings.aws_endpoint or "", settings.aws_region)
     give_up = time.monotonic() + bound_s
     while True:
-        entries = distinct(read_ledger(kinesis, settings.spend_stream))
-        ours = [e for e in entries if e.node not in rogue_nodes]
-        if len(ours) >= acknowledged or time.monotonic() > give_up:
-            return LedgerAudit(
-                acknowledged, len(ours), max(0, acknowledged - len(ours)),
-                injected=len(entries) - len(ours), entries=entries,
-            )  # fmt: skip
+        audit = read_audit(kinesis, settings.spend_stream, acknowledged, rogue_nodes)
+        if audit.lost == 0 or time.monotonic() > give_up:
+            return audit
         time.sleep(_POLL_S)
 
 
-def wait_for_totals(settings: Settings, audit: LedgerAudit, bound_s: float) -> None:
+def wait_for_totals(
+    settings: Settings, audit: LedgerAudit, bound_s: float, rogue_nodes: Collection[int] = ()
+) -> LedgerAudit:
     """Compare DynamoDB's campaign totals with the ledger's sums until they agree or the
-    bound passes; the outcome goes on ``audit`` (blocking)."""
+    bound passes (blocking); returns the last audit, with the outcome on it.
+
+    The stream is read again for each comparison: entries can still arrive after
+    ``wait_for_stream`` returned (a notice journaled while a dependency was down and
+    billed on its replay), and the reconciler applies them too, so a sum taken once
+    would fall behind the totals for good."""
     client = aws_client("dynamodb", settings.aws_endpoint or "", settings.aws_region)
+    kinesis = aws_client("kinesis", settings.aws_endpoint or "", settings.aws_region)
     table = SpendTable(client, settings.spend_table)
-    ledger = sums_by_campaign(audit.entries)
-    days = {day for day, _ in ledger} or {day_of(time.time_ns() // 1_000_000)}
-    campaigns = sorted({campaign for _, campaign in ledger})
     give_up = time.monotonic() + bound_s
     while True:
+        audit = read_audit(kinesis, settings.spend_stream, audit.acknowledged, rogue_nodes)
+        ledger = sums_by_campaign(audit.entries)
+        days = {day for day, _ in ledger} or {day_of(time.time_ns() // 1_000_000)}
+        campaigns = sorted({campaign for _, campaign in ledger})
         dynamo = {
             (day, name): spent
             for day in days
@@ -130,7 +148,7 @@ def wait_for_totals(settings: Settings, audit: LedgerAudit, bound_s: float) -> N
         }
         if not diff or time.monotonic() > give_up:
             audit.totals_match, audit.mismatches = not diff, diff
-            return
+            return audit
         time.sleep(_POLL_S)
 
 

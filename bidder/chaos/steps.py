@@ -68,7 +68,7 @@ async def audit_money(
     audit = await asyncio.to_thread(
         wait_for_stream, live.settings, acknowledged, bound_s, rogue_nodes
     )
-    await asyncio.to_thread(wait_for_totals, live.settings, audit, bound_s)
+    audit = await asyncio.to_thread(wait_for_totals, live.settings, audit, bound_s, rogue_nodes)
     scenario.lost_ledger_entries = audit.lost
     scenario.figures.update(audit.figures())
     checks.expect("lost_ledger_entries", audit.lost, "==", 0)
