@@ -118,7 +118,7 @@ def wait_for_stream(
 
 
 def wait_for_totals(
-    settings: Settings, audit: LedgerAudit, bound_s: float, rogue_nodes: Collection[int] = ()
+    settings: Settings, acknowledged: int, bound_s: float, rogue_nodes: Collection[int] = ()
 ) -> LedgerAudit:
     """Compare DynamoDB's campaign totals with the ledger's sums until they agree or the
     bound passes (blocking); returns the last audit, with the outcome on it.
@@ -132,7 +132,7 @@ def wait_for_totals(
     table = SpendTable(client, settings.spend_table)
     give_up = time.monotonic() + bound_s
     while True:
-        audit = read_audit(kinesis, settings.spend_stream, audit.acknowledged, rogue_nodes)
+        audit = read_audit(kinesis, settings.spend_stream, acknowledged, rogue_nodes)
         ledger = sums_by_campaign(audit.entries)
         days = {day for day, _ in ledger} or {day_of(time.time_ns() // 1_000_000)}
         campaigns = sorted({campaign for _, campaign in ledger})

@@ -65,10 +65,12 @@ async def audit_money(
 ) -> LedgerAudit:
     """Every acknowledged bill in the stream, and the stream's sums in DynamoDB: checked."""
     acknowledged = await acknowledged_bills(live.bidder.admin_url)
+    # First until every acknowledged bill is in the stream, then until the totals agree
+    # with the stream as it is then (it is read again: late entries count on both sides).
+    await asyncio.to_thread(wait_for_stream, live.settings, acknowledged, bound_s, rogue_nodes)
     audit = await asyncio.to_thread(
-        wait_for_stream, live.settings, acknowledged, bound_s, rogue_nodes
+        wait_for_totals, live.settings, acknowledged, bound_s, rogue_nodes
     )
-    audit = await asyncio.to_thread(wait_for_totals, live.settings, audit, bound_s, rogue_nodes)
     scenario.lost_ledger_entries = audit.lost
     scenario.figures.update(audit.figures())
     checks.expect("lost_ledger_entries", audit.lost, "==", 0)
