@@ -205,27 +205,46 @@ def wall_ms() -> int:
 
 @dataclass(frozen=True, slots=True)
 class HistogramSnapshot:
+    """A Prometheus histogram as the admin port showed it once."""
+
     buckets: dict[float, float]
     """Cumulative count per upper bound (seconds), summed over workers."""
-    quantile_ms: float | None
-    """The upper bound of the bucket holding the quantile (None: no samples or +Inf)."""
+
+    def _since(self, since: HistogramSnapshot | None) -> dict[float, float]:
+        before = since.buckets if since is not None else {}
+        return {le: n - before.get(le, 0.0) for le, n in self.buckets.items()}
+
+    def quantile_ms(self, q: float, since: HistogramSnapshot | None = None) -> float | None:
+        """The upper bound (ms) of the bucket holding the ``q`` quantile of the samples
+        since ``since``; None without samples or in the +Inf bucket."""
+        delta = self._since(since)
+        total = delta.get(float("inf"), 0.0)
+        bound = next((le for le in sorted(delta) if total and delta[le] >= q * total), None)
+        return None if bound is None or bound == float("inf") else round(bound * 1000, 3)
+
+    def count(self, since: HistogramSnapshot | None = None) -> int:
+        return round(self._since(since).get(float("inf"), 0.0))
+
+    def over(self, bound_s: float, since: HistogramSnapshot | None = None) -> int | None:
+        """Samples above ``bound_s`` since ``since``; None if it is not a bucket bound."""
+        delta = self._since(since)
+        if bound_s not in delta:
+            return None
+        return round(delta.get(float("inf"), 0.0) - delta[bound_s])
 
 
-async def histogram_quantile(
-    admin_url: str, name: str, q: float, since: HistogramSnapshot | None = None
-) -> HistogramSnapshot:
-    """A Prometheus histogram from the admin port and its ``q`` quantile's bucket bound,
-    over the samples since ``since`` when given."""
+BID_LATENCY = "bidsim_bid_latency_seconds"
+"""The workers' own answer times (handler entry to answer), as a histogram."""
+
+
+async def histogram(admin_url: str, name: str) -> HistogramSnapshot:
+    """Histogram ``name`` from the admin port, summed over the workers."""
     buckets: dict[float, float] = {}
     for sample in await samples(admin_url):
         if sample.name == f"{name}_bucket":
             le = float(sample.labels["le"])
             buckets[le] = buckets.get(le, 0.0) + sample.value
-    delta = {le: n - (since.buckets.get(le, 0.0) if since else 0.0) for le, n in buckets.items()}
-    total = delta.get(float("inf"), 0.0)
-    bound = next((le for le in sorted(delta) if total and delta[le] >= q * total), None)
-    quantile = None if bound is None or bound == float("inf") else round(bound * 1000, 3)
-    return HistogramSnapshot(buckets, quantile)
+    return HistogramSnapshot(buckets)
 
 
 async def _metrics_text(admin_url: str) -> str:

@@ -171,6 +171,7 @@ def pass_summary(result: ReplayResult) -> dict[str, Any]:
         "status": {str(k): v for k, v in sorted(result.status.items())},
         "reasons": dict(result.nbr_reasons.most_common(6)),
         "within_deadline_share": round(result.within_deadline_share, 5),
+        "within_deadline_from_write_share": round(result.within_deadline_from_write_share, 5),
         "timeouts": result.timeouts,
         "late_sends": result.late_sends,
         "max_send_lag_ms": round(result.max_send_lag_ms, 1),

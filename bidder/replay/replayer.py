@@ -224,7 +224,7 @@ class _Replay:
         except TimeoutError:
             if measured:
                 self.result.timeouts += 1
-                corrected_ns = self._record(intended_ns, started_ns, time.perf_counter_ns())
+                corrected_ns, _ = self._record(intended_ns, started_ns, time.perf_counter_ns())
                 self.result.ssp(record.ssp).count_timeout(corrected_ns // 1000)
             return
         except TransportError:
@@ -250,18 +250,22 @@ class _Replay:
         reason = response.headers.get("x-nbr-reason", "unlabelled") if status == 204 else None
         if reason is not None:
             result.nbr_reasons[reason] += 1
-        corrected_ns = self._record(intended_ns, response.sent_ns, response.arrived_ns)
-        result.within_deadline += status in (200, 204) and corrected_ns <= self._deadline_ns
+        corrected_ns, uncorrected_ns = self._record(
+            intended_ns, response.sent_ns, response.arrived_ns
+        )
+        answered = status in (200, 204)
+        result.within_deadline += answered and corrected_ns <= self._deadline_ns
+        result.within_deadline_from_write += answered and uncorrected_ns <= self._deadline_ns
         result.ssp(ssp).count_answer(status, reason, corrected_ns // 1000)
         result.count_copy(ssp, record.body, status, reason, corrected_ns // 1000)
 
-    def _record(self, intended_ns: int, sent_ns: int, done_ns: int) -> int:
-        """Record both latencies; returns the corrected one (ns)."""
+    def _record(self, intended_ns: int, sent_ns: int, done_ns: int) -> tuple[int, int]:
+        """Record both latencies; returns them (ns): corrected, uncorrected."""
         uncorrected_ns = done_ns - sent_ns
         corrected_ns = max(done_ns - intended_ns, uncorrected_ns)  # early sends: from the write
         record_latency(self.result.corrected, corrected_ns // 1000)
         record_latency(self.result.uncorrected, uncorrected_ns // 1000)
-        return corrected_ns
+        return corrected_ns, uncorrected_ns
 
     def _auction(self, seq: int, request: bytes, response: bytes, measured: bool) -> None:
         settlement = settle(self._options.market, seq, request, response)

@@ -11,6 +11,11 @@ and the rate before it is taken as saturation. The short form replays the first 
 requests at 300 req/s without the probe. A full run first measures, for 10 s with the
 stack up and no worker yet, how late the machine wakes a sleeping thread
 (``bidder.chaos.host``): the floor under the acceptance figure.
+
+The check is the client's corrected figure. Beside it, to tell where late answers
+were late: the replay's share within the deadline from each request's write (the
+client's own late sends left out), and the workers' own count of answers over the
+deadline (their histogram, handler entry to answer, warm-up included).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from bidder.chaos.harness import (
     records,
 )
 from bidder.chaos.host import summarize, wake_lateness
+from bidder.chaos.observe import BID_LATENCY, histogram
 from bidder.chaos.result import ScenarioResult, pass_summary, record_answers
 from bidder.chaos.steps import Run, audit_money, check_budgets, replay_pass, run_on_stack
 from bidder.replay.report import ReplayResult
@@ -55,8 +61,14 @@ async def _run(run: Run) -> None:
         else:
             rate = SHORT_RATE if run.short else await _half_saturation(live, run.scenario)
         stream = records(SAMPLE_STREAM, SHORT_REQUESTS if run.short else None)
+        before = await histogram(live.bidder.admin_url, BID_LATENCY)
         result = await replay_pass(live, stream, rate, warmup_s=WARMUP_S)
-        run.scenario.figures.update(rate_rps=rate, warmup_s=WARMUP_S, replay=pass_summary(result))
+        after = await histogram(live.bidder.admin_url, BID_LATENCY)
+        run.scenario.figures.update(
+            rate_rps=rate, warmup_s=WARMUP_S, replay=pass_summary(result),
+            bidder_answers=after.count(since=before),
+            bidder_answers_over_deadline=after.over(run.settings.deadline_ms / 1000, before),
+        )  # fmt: skip
         record_answers(run.checks, run.scenario, [result], run.options.min_ratio(STEADY_MIN_RATIO))
         audit = await audit_money(live, run.scenario, run.checks)
     check_budgets(run.scenario, run.checks, audit)

@@ -19,7 +19,7 @@ worker for the cores (its late sends are in the figures).
 from __future__ import annotations
 
 from bidder.chaos.harness import ScenarioOptions, live_bidder, records, stream_file
-from bidder.chaos.observe import HistogramSnapshot, RssSampler, histogram_quantile
+from bidder.chaos.observe import BID_LATENCY, HistogramSnapshot, RssSampler, histogram
 from bidder.chaos.result import ScenarioResult, pass_summary, record_answers
 from bidder.chaos.steps import Run, audit_money, check_budgets, replay_pass, run_on_stack
 from bidder.replay.report import ReplayResult
@@ -32,7 +32,6 @@ SURGED = {True: 6000, False: 20000}
 RSS_GROWTH_BOUND_KIB = 64 * 1024
 """In-flight work is bounded (``max_in_flight``), so a surge can't grow the heap with
 the offered load; 64 MiB over the warm peak leaves room for allocator noise."""
-LATENCY = "bidsim_bid_latency_seconds"
 TIMEOUT_SHARE = 0.01
 """Surge requests the client gave up on (100 ms, the exchange's tmax): a shed is an
 immediate 204, so only a worker that stops reading its socket makes many."""
@@ -49,13 +48,13 @@ async def _run(run: Run) -> None:
         admin = live.bidder.admin_url
         with RssSampler(live.bidder.pool.pids) as rss:
             calm = await replay_pass(live, warm, RATE)
-            before = await histogram_quantile(admin, LATENCY, 0.99)
+            before = await histogram(admin, BID_LATENCY)
             rss.mark("surge")
             surged = await replay_pass(live, surge, RATE * SURGE)
             rss.mark("after")
-        during = await histogram_quantile(admin, LATENCY, 0.99, since=before)
+        after = await histogram(admin, BID_LATENCY)
         audit = await audit_money(live, run.scenario, run.checks)
-    _check(run, (calm, surged), (rss.peak_kib("before"), rss.peak_kib("surge")), during)
+    _check(run, (calm, surged), (rss.peak_kib("before"), rss.peak_kib("surge")), (before, after))
     check_budgets(run.scenario, run.checks, audit)
 
 
@@ -63,14 +62,18 @@ def _check(
     run: Run,
     passes: tuple[ReplayResult, ReplayResult],
     rss_kib: tuple[int, int],
-    bidder_latency: HistogramSnapshot,
+    bidder_latency: tuple[HistogramSnapshot, HistogramSnapshot],
 ) -> None:
     (calm, surged), (peak_before, peak_surge) = passes, rss_kib
-    checks = run.checks
+    checks, deadline = run.checks, run.settings.deadline_ms
+    before, after = bidder_latency
+    bidder_p99_ms = after.quantile_ms(0.99, since=before)
     run.scenario.figures.update(
         warmup=pass_summary(calm), surge=pass_summary(surged),
         rss_peak_before_kib=peak_before, rss_peak_surge_kib=peak_surge,
-        bidder_p99_ms=bidder_latency.quantile_ms, surge_rate_rps=RATE * SURGE,
+        bidder_p99_ms=bidder_p99_ms, surge_rate_rps=RATE * SURGE,
+        bidder_answers=after.count(since=before),
+        bidder_answers_over_deadline=after.over(deadline / 1000, since=before),
     )  # fmt: skip
     record_answers(checks, run.scenario, [calm, surged], None)
     checks.expect("overloaded_sheds", surged.nbr_reasons["overloaded"], ">", 0)
@@ -79,5 +82,4 @@ def _check(
     if not run.short:  # the short form checks behaviour; timing is the full run's
         timeouts = round(surged.timeouts / surged.requests, 4) if surged.requests else None
         checks.expect("surge_client_timeouts_share", timeouts, "<=", TIMEOUT_SHARE)
-        deadline = run.settings.deadline_ms
-        checks.expect("bidder_p99_ms", bidder_latency.quantile_ms, "<=", deadline)
+        checks.expect("bidder_p99_ms", bidder_p99_ms, "<=", deadline)

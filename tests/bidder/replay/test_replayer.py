@@ -162,12 +162,26 @@ async def test_queued_requests_have_corrected_latency_above_uncorrected(bidder):
 
 
 @pytest.mark.asyncio
+async def test_answers_late_only_from_client_queueing_count_within_from_the_write(bidder):
+    # As above: the last request waits for the 9 answers before it (5 ms each) on the one
+    # connection, so it is at least 41 ms late from its intended send; each answer takes
+    # about 5 ms from its own write.
+    opts = options(rate=1000.0, max_connections=1, deadline_ms=30.0)
+    result = await replay(records(["slow"] * 10), bidder.url, opts)
+    assert result.within_deadline < 10
+    assert result.within_deadline < result.within_deadline_from_write <= 10
+    assert to_json(result)["within_deadline_from_write_share"] == (
+        result.within_deadline_from_write / 10
+    )
+
+
+@pytest.mark.asyncio
 async def test_timeouts_are_counted_and_recorded_as_lower_bounds(bidder):
     result = await replay(records(["hold"] * 5), bidder.url, options(timeout_ms=30))
     assert result.timeouts == 5
     assert sum(result.status.values()) == 0
     assert result.samples == 5
-    assert result.within_deadline == 0
+    assert result.within_deadline == result.within_deadline_from_write == 0
 
 
 @pytest.mark.asyncio
@@ -223,6 +237,7 @@ async def test_report_has_stable_json_keys_and_a_readable_table(bidder):
         "requests", "warmup_requests", "duration_s", "rate_rps", "status", "nbr_reasons",
         "latency_ms", "within_deadline_share", "deadline_ms", "timeouts", "transport_errors",
         "late_sends", "max_send_lag_ms", "auction", "samples", "p99_9_reliable",
+        "within_deadline_from_write_share",
     } <= summary.keys()  # fmt: skip
     assert set(summary["latency_ms"]["corrected"]) == {"p50", "p90", "p99", "p99_9", "max"}
     assert summary["nbr_reasons"] == {"geo": 2}
@@ -235,6 +250,7 @@ async def test_report_has_stable_json_keys_and_a_readable_table(bidder):
         "p99.9 (*)",
         "corrected",
         "within 8 ms deadline",
+        "from the write",
         "wins 1",
     ):
         assert text in table
