@@ -106,14 +106,14 @@ def read_audit(
 
 def wait_for_stream(
     settings: Settings, acknowledged: int, bound_s: float, rogue_nodes: Collection[int] = ()
-) -> LedgerAudit:
-    """The stream once it holds ``acknowledged`` bidder entries, or at the bound (blocking)."""
+) -> None:
+    """Until the stream holds ``acknowledged`` bidder entries, or the bound passes
+    (blocking). Only a wait: ``wait_for_totals`` reads the stream again for the audit."""
     kinesis = aws_client("kinesis", settings.aws_endpoint or "", settings.aws_region)
     give_up = time.monotonic() + bound_s
-    while True:
-        audit = read_audit(kinesis, settings.spend_stream, acknowledged, rogue_nodes)
-        if audit.lost == 0 or time.monotonic() > give_up:
-            return audit
+    while time.monotonic() <= give_up:
+        if read_audit(kinesis, settings.spend_stream, acknowledged, rogue_nodes).lost == 0:
+            return
         time.sleep(_POLL_S)
 
 
