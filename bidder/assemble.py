@@ -39,6 +39,7 @@ from bidder.notices import MAX_SKEW_MS
 from bidder.pipeline import Stage
 from bidder.profile_cache import CacheConfig, ProfileCache
 from bidder.profiles import ProfileTable
+from bidder.published_metrics import flush, run_flusher
 from bidder.response import NoticeUrls
 from bidder.settings import Settings
 from bidder.sinks import CapCounter, LeaseDebit
@@ -161,6 +162,12 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
     async def replay_deferred() -> None:
         await journal.run(biller.replay)
 
+    async def publish_metrics() -> None:
+        await run_flusher(settings.metrics_flush_s)
+
+    async def publish_last_metrics() -> None:  # what the closers counted too
+        flush()
+
     async def return_pacing_leases() -> None:  # after the flush: see bidder.worker
         await return_leases(pacer, lease_reader)
 
@@ -172,6 +179,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         refresh_campaigns,
         refresh_supply,
         reload_model,
+        publish_metrics,
     ]
     state.closers += [
         journal.close,
@@ -181,6 +189,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         close_profiles,
         valkey.aclose,
         capper.store.client.aclose,
+        publish_last_metrics,
     ]
     return state
 

@@ -37,12 +37,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from prometheus_client import Counter
 from redis.exceptions import RedisError
 
 from bidder.clock import Clock
 from bidder.nobid import NoBid
 from bidder.pipeline import Context, StageResult
+from bidder.published_metrics import Counter
 from bidder.supply_path import PathPolicy, auction_id, hold_s
 from bidder.valkey import AsyncValkey
 from bidder.valkey_wait import Waiter

@@ -71,6 +71,12 @@ def add_bidder_options(p: argparse.ArgumentParser) -> None:
         default=_D.overload_margin_ms,
         help="until calm, stages stop this much earlier still (timers fire late then)",
     )
+    g.add_argument(
+        "--metrics-flush-s",
+        type=float,
+        default=_D.metrics_flush_s,
+        help="how often workers publish their counts to /metrics (the most they lag)",
+    )
     g.add_argument("--public-url", metavar="URL", help="base URL of notices (default: own)")
     g = p.add_argument_group("campaigns and eligibility")
     g.add_argument("--campaigns", type=Path, default=DEFAULT_CAMPAIGNS, metavar="FILE")
@@ -158,6 +164,7 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         shed_stay_lag_ms=args.shed_stay_lag_ms,
         shed_calm_ms=args.shed_calm_ms,
         overload_margin_ms=args.overload_margin_ms,
+        metrics_flush_s=args.metrics_flush_s,
         public_url=args.public_url,
         campaigns_path=args.campaigns,
         campaign_refresh_s=args.campaign_refresh_s,

@@ -8,9 +8,8 @@ admin port aggregates their files (see ``bidder.admin``).
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
-
 from bidder.nobid import NoBid
+from bidder.published_metrics import Counter, Gauge, Histogram
 
 BIDS = Counter("bidsim_bids", "Bid responses (HTTP 200) sent.")
 NOBIDS = Counter("bidsim_nobids", "No-bid answers (HTTP 204) by reason.", ["reason"])

@@ -48,6 +48,9 @@ class Settings:
     """Once shedding, the lower lag past which a worker keeps shedding until it is calm."""
     shed_calm_ms: float = 100.0
     """How long the lag must stay under the lower bound for a shedding worker to be calm."""
+    metrics_flush_s: float = 1.0
+    """How often a worker publishes its counts to the admin port's ``/metrics``: the most
+    those figures lag (``bidder.published_metrics``)."""
     overload_margin_ms: float = 3.0
     """While a worker is shedding (not calm yet), its stages stop this much earlier still:
     under overload a timer fires late by a loop iteration, and the answer must still be
@@ -203,6 +206,10 @@ class Settings:
                 and self.answer_margin_ms + self.overload_margin_ms < self.deadline_ms,
                 "--overload-margin-ms must be 0 or more and, with --answer-margin-ms, below"
                 f" --deadline-ms ({self.deadline_ms}), got {self.overload_margin_ms}",
+            ),
+            (
+                0.01 <= self.metrics_flush_s <= 60,
+                f"--metrics-flush-s must be 0.01-60, got {self.metrics_flush_s}",
             ),
             (self.campaign_refresh_s >= 1, "--campaign-refresh-s must be at least 1"),
             (

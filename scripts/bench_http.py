@@ -1,27 +1,34 @@
 """HTTP benchmark: the full bidder against a bare aiohttp + orjson + uvloop echo app.
 
-Both servers run as one worker process each, on the same machine as this client,
-driven by the same client (bidder.replay's lean HTTP/1.1 pool), in the same run.
-With ``--workers N`` (N > 1) a second bidder with N workers runs beside the first
-(each on its own embedded stack) and takes part in every measurement, so the
-scaling from 1 to N workers is measured in the same run too:
+Every server runs as its own process tree on this machine, started here, measured in
+the same run by the same clients, rounds alternating between the servers:
 
-1. saturation: closed loop, ``--connections`` requests in flight, for ``--duration``
-   seconds; throughput = answers per second after a warm-up second;
-2. latency: open loop at fixed rates (``--rates``) and at half of the echo app's
-   saturation rate, p99 corrected for coordinated omission (from each request's
-   intended send time).
+- ``echo``: ``scripts/echo_server.py`` (parses the request, answers a fixed bid);
+- ``bidder``: ``bidsim serve`` with one worker and its own embedded Valkey, moto server
+  and reconciler (the whole tree: supervisor, worker, Valkey, moto, reconciler);
+- ``bidder_<N>w`` with ``--workers N``: the same with N workers;
+- ``before`` with ``--before DIR``: the bidder of another checkout (e.g. a git worktree
+  of an earlier commit, with its own ``.venv``), so a change's before and after come
+  from one run.
 
-Each measurement is repeated ``--rounds`` times, alternating the two servers, and
-the medians are compared. Workloads: ``banner`` is the OpenRTB 2.6 spec's simple
-banner request (the bundled campaigns bid on it: the full path) and ``sample`` the
-bundled sample bidstream (mostly no-bids, like real traffic). The last line printed
-is one JSON object; ``throughput_ratio`` and ``p99_ratio`` are bidder / echo (the
-1-worker bidder), ``workers_scaling_ratio`` is the N-worker bidder's saturation over
-the 1-worker one's. On a 2-core machine the load generator shares the cores.
+Figures, each a median over ``--rounds`` (the last line printed is one JSON object):
 
-    .venv/bin/python scripts/bench_http.py [--duration 5 --rounds 3 --workload banner]
+1. saturation: wrk (a C load generator), 32 connections, the banner request; only
+   HTTP 200 answers count (the bidder answers 200 only with a bid). ``throughput_ratio``
+   = bids/s / echo answers/s; ``cost_ratio`` = CPU µs per bid of the bidder's whole
+   process tree (utime + stime from /proc) / CPU µs per echo answer.
+2. latency at half the bidder's saturation rate, the same rate for every server:
+   open loop (``bidder.replay``), p99 from each request's intended send time;
+   ``p99_ratio`` = bidder / echo.
+3. demo tail: the bundled sample stream replayed at its recorded pace, as ``make demo``
+   does (notices included; the echo's bids carry none); ``demo_tail_ratio`` = corrected
+   p99 bidder / echo, with each server's share of answers within 8 ms.
+
+Needs ``wrk`` on PATH (Debian: ``apt-get install wrk``).
+
+    .venv/bin/python scripts/bench_http.py [--duration 10 --rounds 3]
     .venv/bin/python scripts/bench_http.py --workers 2
+    .venv/bin/python scripts/bench_http.py --before /tmp/bidsim-before
 """
 
 from __future__ import annotations
@@ -30,78 +37,124 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Sequence
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 import uvloop
 
-from bidder.nobid import NoBid
 from bidder.replay.client import HttpPool
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import latency_ms
 from bidder.replay.stream import StreamRecord, read_stream
-from bidder.server import running_bidder
-from bidder.settings import Settings
-from bidder.stack import LocalStack, free_port
+from bidder.stack import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BANNER = ROOT.parent / "shared/external/openrtb/requests/001_iab26_spec-6.2.1-simple-banner.json"
 SAMPLE = ROOT / "fixtures/openrtb/sample-stream.jsonl.gz"
-CAMPAIGNS = ROOT / "fixtures/openrtb/campaigns.json"
 BID_PATH = "/openrtb2/bid"
-HEADERS = {"Content-Type": "application/json", "X-Openrtb-Version": "2.6"}
+HEADERS = {"Content-Type": "application/json", "X-Openrtb-Version": "2.6", "X-Ssp": "ssp-alpha"}
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+# Counts answers by status in each wrk thread and sums them at the end.
+WRK_SCRIPT = """
+wrk.method = "POST"
+local f = io.open(os.getenv("BENCH_BODY"), "rb")
+wrk.body = f:read("*a")
+f:close()
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["X-Openrtb-Version"] = "2.6"
+wrk.headers["X-Ssp"] = "ssp-alpha"
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args) ok = 0; other = 0 end
+function response(status, headers, body)
+  if status == 200 then ok = ok + 1 else other = other + 1 end
+end
+function done(summary, latency, requests)
+  local o, n = 0, 0
+  for _, t in ipairs(threads) do o = o + t:get("ok"); n = n + t:get("other") end
+  io.write(string.format("BENCH ok=%d other=%d\\n", o, n))
+end
+"""
 
 
-def workload(name: str) -> list[StreamRecord]:
-    if name == "banner":
-        return [StreamRecord(t_ms=0, ts=0, ssp="ssp-alpha", body=BANNER.read_bytes())]
-    return list(read_stream(SAMPLE))
+@dataclass
+class Server:
+    name: str
+    port: int
+    pid: int
+    """The root of the server's process tree."""
 
 
-async def saturate(
-    port: int, bodies: Sequence[bytes], duration_s: float, connections: int
-) -> float:
-    """Closed-loop answers per second, the first second excluded. A request the bidder
-    shed (204 ``overloaded``, answered before its body is read) is not an answer: it
-    would count the shedder's speed, not the bid path's."""
-    pool = HttpPool("127.0.0.1", port, max_connections=connections)
-    counted = 0
-    start = time.perf_counter()
-    warm_until, stop_at = start + 1.0, start + 1.0 + duration_s
-
-    async def loop(offset: int) -> None:
-        nonlocal counted
-        n = offset
-        while (now := time.perf_counter()) < stop_at:
-            response = await pool.request(
-                "POST", BID_PATH, bodies[n % len(bodies)], HEADERS, timeout_s=1.0
-            )
-            n += connections
-            shed = response.headers.get("x-nbr-reason") == NoBid.OVERLOADED.value
-            counted += now >= warm_until and not shed
-
-    await asyncio.gather(*(loop(i) for i in range(connections)))
-    await pool.close()
-    return counted / duration_s
+def tree_cpu_s(root: int) -> float:
+    """utime + stime of ``root`` and every live descendant, in seconds."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            raw = Path(f"/proc/{entry}/stat").read_text()
+            fields = raw[raw.rindex(")") + 2 :].split()  # after "pid (comm) "
+            stats[int(entry)] = fields
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += int(stats[pid][11]) + int(stats[pid][12])  # utime, stime
+        todo += children.get(pid, [])
+    return total / CLOCK_TICKS
 
 
-async def open_loop(
-    port: int, records: list[StreamRecord], rate: float, duration_s: float
-) -> dict[str, Any]:
+def saturate(server: Server, script: Path, duration_s: float, connections: int) -> dict[str, float]:
+    """Closed loop with wrk after a 1 s warm-up; 200s per second and CPU µs per 200."""
+    env = {**os.environ, "BENCH_BODY": str(BANNER)}
+    url = f"http://127.0.0.1:{server.port}{BID_PATH}"
+    wrk = ["wrk", "-t1", f"-c{connections}", "-s", str(script), url]
+    subprocess.run([*wrk[:3], "-d1s", *wrk[3:]], env=env, capture_output=True, check=True)
+    before = tree_cpu_s(server.pid)
+    out = subprocess.run(
+        [*wrk[:3], f"-d{duration_s:g}s", *wrk[3:]], env=env, capture_output=True, check=True
+    ).stdout.decode()
+    cpu_s = tree_cpu_s(server.pid) - before
+    found = re.search(r"BENCH ok=(\d+) other=(\d+)", out)
+    if found is None:
+        raise SystemExit(f"bench_http: wrk printed no counts:\n{out}")
+    ok, other = int(found[1]), int(found[2])
+    return {
+        "rps": ok / duration_s,
+        "cpu_us": cpu_s * 1e6 / max(ok, 1),
+        "other_share": other / max(ok + other, 1),
+    }
+
+
+async def open_loop(server: Server, rate: float, duration_s: float) -> float:
+    """Corrected p99 (ms) of the banner request at ``rate``, open loop."""
+    records = [StreamRecord(t_ms=0, ts=0, ssp="ssp-alpha", body=BANNER.read_bytes())]
     options = ReplayOptions(rate=rate, duration_s=duration_s + 1.0, warmup_s=1.0, notices=False)
-    result = await replay(records, f"http://127.0.0.1:{port}{BID_PATH}", options)
+    result = await replay(records, f"http://127.0.0.1:{server.port}{BID_PATH}", options)
+    return float(latency_ms(result.corrected)["p99"])
+
+
+async def demo_tail(server: Server, records: list[StreamRecord]) -> dict[str, float]:
+    """The sample stream at its recorded pace, as ``make demo`` replays it."""
+    result = await replay(records, f"http://127.0.0.1:{server.port}", ReplayOptions(warmup_s=2))
     figures = latency_ms(result.corrected)
-    sent = result.samples + result.warmup_requests
-    return {"p99_ms": figures["p99"], "late_share": result.late_sends / max(sent, 1)}
+    return {"p99_ms": figures["p99"], "within_8ms": result.within_deadline_share}
 
 
 @contextlib.asynccontextmanager
-async def echo_server() -> AsyncIterator[int]:
+async def echo_server() -> AsyncIterator[Server]:
     port = free_port()
     script = str(ROOT / "scripts/echo_server.py")
     proc = await asyncio.create_subprocess_exec(
@@ -111,147 +164,172 @@ async def echo_server() -> AsyncIterator[int]:
         line = await asyncio.wait_for(proc.stdout.readline(), 30)  # type: ignore[union-attr]
         if line.strip() != b"ready":
             raise SystemExit("bench_http: the echo server did not start")
-        yield port
+        yield Server("echo", port, proc.pid)
     finally:
         proc.terminate()
         await proc.wait()
 
 
-async def check_full_path(port: int, records: list[StreamRecord], attempts: int = 20) -> None:
-    """The banner workload must be bid on (the full path). A few tries: on a busy
-    machine the first requests can miss the 8 ms deadline or come before the leases."""
-    pool = HttpPool("127.0.0.1", port)
+@contextlib.asynccontextmanager
+async def bidder_server(name: str, tree: Path, workers: int) -> AsyncIterator[Server]:
+    """``bidsim serve`` of the checkout ``tree`` (its own .venv), on its own stack."""
+    port = free_port()
+    python = tree / ".venv/bin/python"
+    if not python.exists():
+        raise SystemExit(f"bench_http: {tree} has no .venv (run make venv there)")
+    command = [str(python), "-m", "bidder", "serve", "--port", str(port)]
+    command += ["--admin-port", str(free_port()), "--workers", str(workers)]
+    command += ["--campaigns", str(tree / "fixtures/openrtb/campaigns.json")]
+    proc = await asyncio.create_subprocess_exec(
+        *command,
+        cwd=tree,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        await _wait_for_line(proc, b"bidding at", name)
+        server = Server(name, port, proc.pid)
+        await check_full_path(server)
+        yield server
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def _wait_for_line(proc: asyncio.subprocess.Process, marker: bytes, name: str) -> None:
+    assert proc.stderr is not None
+    async with asyncio.timeout(120):
+        while marker not in (line := await proc.stderr.readline()):
+            if not line:
+                raise SystemExit(f"bench_http: {name} exited before it served")
+
+
+async def check_full_path(server: Server, attempts: int = 40) -> None:
+    """The banner request must be bid on (the full path), once leases are in."""
+    pool = HttpPool("127.0.0.1", server.port)
     try:
         for _ in range(attempts):
-            answer = await pool.request("POST", BID_PATH, records[0].body, HEADERS, timeout_s=5)
-            if len(records) > 1 or answer.status == 200:
+            answer = await pool.request(
+                "POST", BID_PATH, BANNER.read_bytes(), HEADERS, timeout_s=5.0
+            )
+            if answer.status == 200:
                 return
             await asyncio.sleep(0.5)
     finally:
         await pool.close()
     reason = answer.headers.get("x-nbr-reason", "?")
-    raise SystemExit(f"bench_http: the bidder answered {answer.status} ({reason}), not a bid")
+    raise SystemExit(f"bench_http: {server.name} answered {answer.status} ({reason}), not a bid")
 
 
-def bidder_name(workers: int) -> str:
-    return "bidder" if workers == 1 else f"bidder_{workers}w"
+@contextlib.contextmanager
+def wrk_script() -> Iterator[Path]:
+    if shutil.which("wrk") is None:
+        raise SystemExit("bench_http: wrk is not on PATH (Debian: apt-get install wrk)")
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "count.lua"
+        path.write_text(WRK_SCRIPT)
+        yield path
 
 
-async def measure(args: argparse.Namespace, bidders: dict[str, Settings]) -> dict[str, Any]:
-    """``bidders``: name -> settings of each bidder to measure beside the echo app."""
-    records = workload(args.workload)
-    bodies = [r.body for r in records]
-    async with contextlib.AsyncExitStack() as servers:
-        ports = {"echo": await servers.enter_async_context(echo_server())}
-        for name, settings in bidders.items():
-            await servers.enter_async_context(running_bidder(settings))
-            await check_full_path(settings.port, records)
-            ports[name] = settings.port
-        sat: dict[str, list[float]] = {name: [] for name in ports}
-        for _ in range(args.rounds):
-            for name, port in ports.items():
-                sat[name].append(await saturate(port, bodies, args.duration, args.connections))
-        half = statistics.median(sat["echo"]) / 2
-        rates = {**{f"{r:g}": r for r in args.rates}, "half_echo_saturation": half}
-        p99 = {label: await p99_at(args, ports, records, rate) for label, rate in rates.items()}
-    return summarize(args, sat, p99, half)
-
-
-async def p99_at(
-    args: argparse.Namespace, ports: dict[str, int], records: list[StreamRecord], rate: float
-) -> dict[str, dict[str, list[float]]]:
-    """Per server, corrected p99 (ms) and late-send share at one rate, one value per round.
-
-    A large late-send share means the load generator itself could not keep the
-    schedule: the machine, not the server under test, is the limit at that rate.
-    """
-    out: dict[str, dict[str, list[float]]] = {n: {"p99_ms": [], "late_share": []} for n in ports}
-    for _ in range(args.rounds):
-        for name, port in ports.items():
-            figures = await open_loop(port, records, rate, args.duration)
-            for key in ("p99_ms", "late_share"):
-                out[name][key].append(figures[key])
-    return out
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    bidders = {"bidder": (ROOT, 1)}
+    if args.workers > 1:
+        bidders[f"bidder_{args.workers}w"] = (ROOT, args.workers)
+    if args.before is not None:
+        bidders["before"] = (args.before.resolve(), 1)
+    demo = list(read_stream(SAMPLE))
+    with wrk_script() as script:
+        async with contextlib.AsyncExitStack() as stack:
+            servers = [await stack.enter_async_context(echo_server())]
+            for name, (tree, workers) in bidders.items():
+                servers.append(await stack.enter_async_context(bidder_server(name, tree, workers)))
+            sat: dict[str, list[dict[str, float]]] = {s.name: [] for s in servers}
+            for _ in range(args.rounds):
+                for server in servers:
+                    figures = await asyncio.to_thread(
+                        saturate, server, script, args.duration, args.connections
+                    )
+                    sat[server.name].append(figures)
+            half = _median([r["rps"] for r in sat["bidder"]]) / 2
+            p99: dict[str, list[float]] = {s.name: [] for s in servers}
+            tail: dict[str, list[dict[str, float]]] = {s.name: [] for s in servers}
+            for _ in range(args.rounds):
+                for server in servers:
+                    p99[server.name].append(await open_loop(server, half, args.duration))
+                    tail[server.name].append(await demo_tail(server, demo))
+    return summarize(args, sat, p99, tail, half)
 
 
 def summarize(
     args: argparse.Namespace,
-    sat: dict[str, list[float]],
-    runs: dict[str, dict[str, dict[str, list[float]]]],
+    sat: dict[str, list[dict[str, float]]],
+    p99: dict[str, list[float]],
+    tail: dict[str, list[dict[str, float]]],
     half: float,
 ) -> dict[str, Any]:
-    med = {f"{k}_rps": round(statistics.median(v)) for k, v in sat.items()}
-    p99 = {rate: {n: _median(f["p99_ms"]) for n, f in by.items()} for rate, by in runs.items()}
-    late = {rate: {n: _median(f["late_share"]) for n, f in by.items()} for rate, by in runs.items()}
-    half_p99 = p99["half_echo_saturation"]
-    scaling = {}
-    if args.workers > 1:
-        many = med[f"{bidder_name(args.workers)}_rps"]
-        scaling = {
-            "workers": args.workers,
-            "workers_scaling_ratio": round(many / med["bidder_rps"], 3),
-            "throughput_ratio_many_workers": round(many / med["echo_rps"], 3),
+    servers: dict[str, dict[str, Any]] = {}
+    for name in sat:
+        servers[name] = {
+            "rps": round(_median([r["rps"] for r in sat[name]])),
+            "cpu_us_per_answer": round(_median([r["cpu_us"] for r in sat[name]]), 1),
+            "non_200_share": round(_median([r["other_share"] for r in sat[name]]), 4),
+            "p99_ms_at_half_rate": round(_median(p99[name]), 3),
+            "demo_p99_ms": round(_median([r["p99_ms"] for r in tail[name]]), 3),
+            "demo_within_8ms": round(_median([r["within_8ms"] for r in tail[name]]), 5),
+            "rounds_rps": [round(r["rps"]) for r in sat[name]],
+            "rounds_cpu_us": [round(r["cpu_us"], 1) for r in sat[name]],
         }
+    echo = servers["echo"]
+    ratios = {
+        name: {
+            "cost_ratio": round(s["cpu_us_per_answer"] / echo["cpu_us_per_answer"], 3),
+            "throughput_ratio": round(s["rps"] / echo["rps"], 3),
+            "p99_ratio": round(s["p99_ms_at_half_rate"] / echo["p99_ms_at_half_rate"], 3),
+            "demo_tail_ratio": round(s["demo_p99_ms"] / echo["demo_p99_ms"], 3),
+        }
+        for name, s in servers.items()
+        if name != "echo"
+    }
+    many = f"bidder_{args.workers}w"
+    scaling = (
+        {"workers_scaling_ratio": round(servers[many]["rps"] / servers["bidder"]["rps"], 3)}
+        if many in servers
+        else {}
+    )
     return {
         "benchmark": "bench_http",
-        "workload": args.workload,
-        "throughput_ratio": round(med["bidder_rps"] / med["echo_rps"], 3),
-        "p99_ratio": round(half_p99["bidder"] / half_p99["echo"], 3),
+        **ratios["bidder"],
         **scaling,
-        **med,
         "half_rate_rps": round(half),
-        "p99_ms_by_rate": p99,
-        "p99_ratio_by_rate": {k: round(v["bidder"] / v["echo"], 3) for k, v in p99.items()},
-        "cpus": os.cpu_count(),
-        "late_send_share_by_rate": late,
+        "ratios": ratios,
+        "servers": servers,
         "rounds": args.rounds,
         "duration_s": args.duration,
         "connections": args.connections,
-        "saturation_rounds_rps": {k: [round(x) for x in v] for k, v in sat.items()},
+        "cpus": os.cpu_count(),
     }
 
 
 def _median(values: list[float]) -> float:
-    return round(statistics.median(values), 4)
+    return statistics.median(values)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=("banner", "sample"), default="banner")
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--connections", type=int, default=32, help="closed-loop concurrency")
+    parser.add_argument("--connections", type=int, default=32, help="wrk's connections")
+    parser.add_argument("--workers", type=int, default=1, help="also measure N workers")
     parser.add_argument(
-        "--rates", type=float, nargs="*", default=[1000.0, 4000.0], help="fixed open-loop rates"
-    )
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="also measure a bidder with this many workers (compared with 1 worker)",
+        "--before", type=Path, help="also measure the bidder of this checkout (with a .venv)"
     )
     args = parser.parse_args()
     if not 1 <= args.workers <= 64:
         parser.error(f"--workers must be 1-64, got {args.workers}")
-    counts = sorted({1, args.workers})
-    with contextlib.ExitStack() as stacks:
-        bidders = {
-            bidder_name(n): bidder_settings(stacks.enter_context(LocalStack()), n) for n in counts
-        }
-        result = uvloop.run(measure(args, bidders))
-    print(orjson.dumps(result).decode())
-
-
-def bidder_settings(stack: LocalStack, workers: int) -> Settings:
-    """A bidder on its own stack (its own Valkey, moto and reconciler)."""
-    return Settings(
-        port=free_port(),
-        admin_port=free_port(),
-        campaigns_path=CAMPAIGNS,
-        valkey_url=stack.valkey_url,
-        aws_endpoint=stack.aws_endpoint,
-        workers=workers,
-    ).validate()
+    if args.rounds < 1 or args.duration <= 0:
+        parser.error("--rounds must be at least 1 and --duration positive")
+    print(orjson.dumps(uvloop.run(measure(args))).decode())
 
 
 if __name__ == "__main__":

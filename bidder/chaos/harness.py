@@ -20,6 +20,7 @@ from typing import Any
 
 from bidder.assemble import pacing_node_id
 from bidder.campaigns import load_campaign_file
+from bidder.chaos.observe import WATCHED_FLUSH_S
 from bidder.reconciler_process import running_reconciler
 from bidder.replay.generator import generate
 from bidder.replay.stream import StreamRecord, read_stream
@@ -71,6 +72,7 @@ def chaos_settings(stack: LocalStack, workdir: Path, **changes: Any) -> Settings
             lease_refresh_s=0.2,
             spool_dir=workdir / "spool",
             reconciler=False,
+            metrics_flush_s=WATCHED_FLUSH_S,
         )
         .replace(**changes)
         .validate()

@@ -165,8 +165,15 @@ class RssSampler:
                     peaks[pid] = max(peaks.get(pid, 0), rss)
 
 
+WATCHED_FLUSH_S = 0.05
+"""The metrics flush interval of the bidders the chaos suite and the tests watch
+(``chaos_settings``): workers publish their counts that often."""
+
+
 async def samples(admin_url: str) -> list[Sample]:
-    """Every sample the admin port exposes now (the workers' summed, the supervisor's)."""
+    """Every sample the admin port exposes (the workers' summed, the supervisor's),
+    including all a worker counted before the call: it reads after two flushes."""
+    await asyncio.sleep(2 * WATCHED_FLUSH_S)
     text = await _metrics_text(admin_url)
     return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 

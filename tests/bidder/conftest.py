@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from bidder.chaos.observe import WATCHED_FLUSH_S
 from bidder.server import load_campaigns
 from bidder.settings import Settings
 from bidder.stack import free_port
@@ -42,6 +43,7 @@ def bidder_settings(
         pacing_tick_s=1.0,
         lease_refresh_s=0.2,
         spool_dir=tmp_path_factory.mktemp("spool"),
+        metrics_flush_s=WATCHED_FLUSH_S,
     ).validate()
     load_campaigns(CAMPAIGNS, settings)
     return settings

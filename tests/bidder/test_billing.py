@@ -16,7 +16,6 @@ import pytest
 import pytest_asyncio
 import redis
 import redis.asyncio as aioredis
-from prometheus_client import REGISTRY
 
 from bidder.aws import aws_client
 from bidder.billing import (
@@ -36,6 +35,7 @@ from ids.snowflake import Snowflake, decode
 from tests.bidder.conftest import EXTERNAL
 from tests.bidder.live import LiveBidder
 from tests.bidder.openrtb_checks import with_fresh_user
+from tests.published import sample
 
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()
 CLAIMS = NoticeClaims(
@@ -261,7 +261,7 @@ def _raw(token: str) -> bytes:
 
 
 def _sample(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
+    return sample(name, labels)
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from prometheus_client import REGISTRY
 
 from bidder.aws import aws_client
 from bidder.campaign_book import CampaignBook
 from bidder.campaign_store import CampaignTable, StoreError
 from bidder.campaigns import campaign_to_doc, load_campaign_file
 from tests.bidder.conftest import CAMPAIGNS
+from tests.published import sample
 
 DOCS = [campaign_to_doc(c) for c in load_campaign_file(CAMPAIGNS)]
 ACTIVE = sum(1 for doc in DOCS if doc.get("status", "active") == "active")
@@ -33,8 +33,7 @@ def table(aws_endpoint: str) -> Iterator[CampaignTable]:
 
 
 def _refresh_errors() -> float:
-    value = REGISTRY.get_sample_value("bidsim_campaign_refreshes_total", {"outcome": "error"})
-    return value or 0.0
+    return sample("bidsim_campaign_refreshes_total", {"outcome": "error"})
 
 
 def _paused(doc: dict[str, Any]) -> dict[str, Any]:

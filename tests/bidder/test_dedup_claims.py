@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import redis
-from prometheus_client import REGISTRY
 from redis.crc import key_slot
 
 from bidder.auction_claims import (
@@ -33,6 +32,7 @@ from bidder.stack import free_port
 from bidder.supply_path import PathPolicy
 from bidder.valkey import AsyncValkey, connect_async
 from bidder.valkey_wait import Waiter
+from tests.published import sample
 
 WINDOW_MS = 1000
 HOLD_S = 0.003
@@ -46,8 +46,7 @@ def new_tid() -> str:
 
 
 def claims_count(outcome: str) -> float:
-    value = REGISTRY.get_sample_value("bidsim_dedup_claims_total", {"outcome": outcome})
-    return value or 0.0
+    return sample("bidsim_dedup_claims_total", {"outcome": outcome})
 
 
 def context(ssp: str, tid: str | None, schain: dict[str, Any] | None = DIRECT) -> Context:

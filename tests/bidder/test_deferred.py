@@ -19,7 +19,6 @@ import pytest_asyncio
 import redis.asyncio as aioredis
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import REGISTRY
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -46,6 +45,7 @@ from tests.bidder.live import LiveBidder
 from tests.bidder.openrtb_checks import with_fresh_user
 from tests.bidder.test_billing import CLAIMS, SIMPLE_BANNER, Ledger, Sink
 from tests.bidder.test_spend_stream import KEY, SIGNER, Node, _wait_for_stream
+from tests.published import sample
 
 TTL_MS = 120_000
 
@@ -339,7 +339,7 @@ async def test_a_replay_past_the_dedup_horizon_is_billed_and_counted_late(env: E
 
 
 def _replayed(outcome: str) -> float:
-    return REGISTRY.get_sample_value("bidsim_deferred_replayed_total", {"outcome": outcome}) or 0.0
+    return sample("bidsim_deferred_replayed_total", {"outcome": outcome})
 
 
 # ------------------------------- live: a paused Valkey, and kill -9 while notices are deferred

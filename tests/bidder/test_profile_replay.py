@@ -11,10 +11,9 @@ import argparse
 import uuid
 from pathlib import Path
 
-import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from bidder.chaos.observe import samples
 from bidder.replay.generator import generate
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.stream import read_stream
@@ -35,13 +34,10 @@ def _load_profiles(endpoint: str, table: str, stream: Path) -> None:
 
 async def _lookups(admin_url: str) -> dict[str, float]:
     """{"hit": n, "miss": n} of ``bidsim_profile_lookups_total``, summed over workers."""
-    async with aiohttp.ClientSession() as session, session.get(f"{admin_url}/metrics") as resp:
-        text = await resp.text()
     counts = {"hit": 0.0, "miss": 0.0}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "bidsim_profile_lookups_total":
-                counts[sample.labels["result"]] = sample.value
+    for sample in await samples(admin_url):
+        if sample.name == "bidsim_profile_lookups_total":
+            counts[sample.labels["result"]] = sample.value
     return counts
 
 

@@ -15,7 +15,6 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import REGISTRY
 
 from bidder.aws import aws_client
 from bidder.clock import ManualClock
@@ -32,6 +31,7 @@ from bidder.profiles import (
 )
 from bidder.replay.stream import read_stream
 from bidder.stack import LocalStack
+from tests.published import sample
 
 SAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "openrtb" / "sample-stream.jsonl.gz"
 ALICE = Profile(frozenset({13, 19}), 1_767_225_000_000, 2)
@@ -396,7 +396,7 @@ def test_an_invalid_config_names_every_bad_field() -> None:
 
 
 def _sample(metric: str, label: str, value: str) -> float:
-    return REGISTRY.get_sample_value(metric, {label: value}) or 0.0
+    return sample(metric, {label: value})
 
 
 @pytest.mark.asyncio
@@ -423,14 +423,14 @@ async def test_fills_are_counted_in_keys_by_outcome_in_prometheus(make_cache: Ma
 
 @pytest.mark.asyncio
 async def test_fill_calls_are_counted_so_keys_per_call_show(make_cache: MakeCache) -> None:
-    before = REGISTRY.get_sample_value("bidsim_profile_fill_calls_total") or 0.0
+    before = sample("bidsim_profile_fill_calls_total")
     store = _Store(gated=True)
     cache = make_cache(store.fetch_many, batch_window_s=NO_WINDOW, max_batch=3)
     for n in range(4):
         cache.lookup(f"b:user{n}")
     store.open.set()
     await cache.drain()
-    assert (REGISTRY.get_sample_value("bidsim_profile_fill_calls_total") or 0.0) == before + 2
+    assert sample("bidsim_profile_fill_calls_total") == before + 2
 
 
 # -------------------------------------------------------------- the sample stream, the outage

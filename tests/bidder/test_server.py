@@ -39,6 +39,20 @@ def _metric(text: str, name: str) -> float:
     raise AssertionError(f"{name} not in /metrics")
 
 
+async def _published(
+    session: aiohttp.ClientSession, admin_url: str, name: str, expected: float
+) -> str:
+    """``/metrics`` once ``name`` shows ``expected`` (the workers publish every flush
+    interval), or as it is after a bounded number of reads."""
+    for _ in range(100):
+        async with session.get(f"{admin_url}/metrics") as resp:
+            text = await resp.text()
+        if name in text and _metric(text, name) >= expected:
+            break
+        await asyncio.sleep(0.05)
+    return text
+
+
 @pytest.mark.asyncio
 async def test_two_workers_serve_one_port_and_the_admin_port_sums_their_metrics(
     bidder_settings: Settings,
@@ -48,8 +62,7 @@ async def test_two_workers_serve_one_port_and_the_admin_port_sums_their_metrics(
         assert bidder.pool.alive() == 2
         statuses = await _post_many(f"{bidder.bid_url}/openrtb2/bid", 60)
         async with aiohttp.ClientSession() as session:
-            async with session.get(f"{bidder.admin_url}/metrics") as resp:
-                metrics = await resp.text()
+            metrics = await _published(session, bidder.admin_url, "bidsim_bids_total", 60)
             async with session.get(f"{bidder.admin_url}/healthz") as resp:
                 health = (resp.status, await resp.json())
     assert statuses == [200] * 60

@@ -6,13 +6,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from prometheus_client import REGISTRY
 
 from bidder.campaigns import CapPolicy
 from bidder.stack import free_port
 from fcap.capper import FrequencyCapper
 from fcap.store import FcapStore, connect
 from tests.fcap.support import DAY_S, T0, cap, far_deadline, new_user, one_subject
+from tests.published import sample
 
 pytestmark = pytest.mark.asyncio
 OPEN = one_subject(cap("campaign", "fixed", DAY_S, 1), cid="open")
@@ -23,7 +23,7 @@ UNCAPPED = one_subject(cid="free")
 
 
 def _sample(name: str, labels: dict[str, str] | None = None) -> float:
-    return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+    return sample(name, labels)
 
 
 @pytest_asyncio.fixture

@@ -35,7 +35,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from bidder.assemble import pacing_node_id
 from bidder.chaos.faults import at_requests, kill9
 from bidder.chaos.harness import Live, ScenarioOptions, live_bidder, records, stream_file
-from bidder.chaos.observe import Prober, first_bid_after, probe
+from bidder.chaos.observe import WATCHED_FLUSH_S, Prober, first_bid_after, probe
 from bidder.chaos.result import ScenarioResult, check_ratio_drop, pass_summary, record_answers
 from bidder.chaos.steps import Run, audit_money, check_budgets, replay_pass, run_on_stack, split
 from bidder.replay.report import ReplayResult
@@ -131,6 +131,7 @@ async def answered_by(url: str, pid: int, tries: int = PROBES_FOR_REPLACEMENT) -
             if answered_requests(pid) > 0:
                 break
             await probe(session, url)
+    await asyncio.sleep(2 * WATCHED_FLUSH_S)  # the last probes' counts are published
     return answered_requests(pid)
 
 
