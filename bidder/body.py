@@ -18,7 +18,7 @@ from bidder.openrtb import InvalidRequest
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
 
 
-async def read_body(request: web.Request, max_bytes: int) -> bytes:
+async def read_body(request: web.BaseRequest, max_bytes: int) -> bytes:
     """The decoded body; raises InvalidRequest when too large or badly encoded."""
     length = request.content_length
     if length is not None and length > max_bytes:
@@ -32,7 +32,7 @@ async def read_body(request: web.Request, max_bytes: int) -> bytes:
     return body
 
 
-async def _read_capped(request: web.Request, max_bytes: int) -> bytes:
+async def _read_capped(request: web.BaseRequest, max_bytes: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while chunk := await request.content.readany():

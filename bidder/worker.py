@@ -44,7 +44,7 @@ from multiprocessing.connection import Connection
 import uvloop
 from aiohttp import web
 
-from bidder.app import BidderState, build_app
+from bidder.app import BidderState, build_server
 from bidder.assemble import WorkerStartError, build_state
 from bidder.settings import Settings
 from bidder.stack import die_with_parent
@@ -87,14 +87,12 @@ async def stop_background(state: BidderState, tasks: list[asyncio.Task[None]]) -
             log.warning("error while closing %s: %s", getattr(close, "__qualname__", close), exc)
 
 
-async def start_site(state: BidderState) -> web.AppRunner:
+async def start_site(state: BidderState) -> web.BaseRunner:
     """Open the bid port for ``state``; the caller cleans the runner up."""
     settings = state.settings
     # No access log: it would cost more than the whole no-bid path. Gzip is decoded
     # by bidder.body, within the body cap.
-    runner = web.AppRunner(
-        build_app(state), access_log=None, auto_decompress=False, shutdown_timeout=DRAIN_S
-    )
+    runner = web.ServerRunner(build_server(state), access_log=None, shutdown_timeout=DRAIN_S)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_port=True, backlog=4096)
     try:
@@ -122,7 +120,7 @@ async def _serve(settings: Settings, conn: Connection) -> None:
 
 
 async def shutdown(
-    state: BidderState, runner: web.AppRunner, background: list[asyncio.Task[None]]
+    state: BidderState, runner: web.BaseRunner, background: list[asyncio.Task[None]]
 ) -> None:
     """The graceful stop (module docstring), cut short at ``SHUTDOWN_GRACE_S``."""
     try:

@@ -143,3 +143,12 @@ def test_without_a_snowflake_id_the_bid_path_answers_204(live_bidder: LiveBidder
     finally:
         ids.grant(worker, live_bidder.state.clock.wall_ms() + 2_000)
     assert (answer.status, answer.reason) == (204, "internal_error")
+
+
+def test_an_unknown_path_is_404(live_bidder: LiveBidder) -> None:
+    assert live_bidder.get("/openrtb2/auction").status == 404
+
+
+def test_a_known_path_with_another_method_is_405(live_bidder: LiveBidder) -> None:
+    assert live_bidder.get("/openrtb2/bid").status == 405
+    assert live_bidder.request("POST", "/notice/win", b"").status == 405
