@@ -55,12 +55,16 @@ class AdsTxt:
         default_factory=dict, init=False, compare=False, repr=False
     )
     """(domain, account id) -> relationship: the O(1) lookup for the bid path."""
+    systems: dict[str, str] = field(default_factory=dict, init=False, compare=False, repr=False)
+    """Advertising system domain -> 'DIRECT' when it has a DIRECT record, else 'RESELLER'."""
 
     def __post_init__(self) -> None:
         for record in self.records:
             key = (record.domain, record.account_id)
             if self.authorized.get(key) != "DIRECT":
                 self.authorized[key] = record.relationship
+            if self.systems.get(record.domain) != "DIRECT":
+                self.systems[record.domain] = record.relationship
 
     def relationship(self, domain: str, account_id: str) -> str | None:
         """'DIRECT', 'RESELLER' or None (not authorized)."""

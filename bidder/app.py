@@ -86,6 +86,9 @@ _NOBID_HEADERS = {reason: _nobid_headers(reason) for reason in NoBid}
 _BID_HEADERS = CIMultiDictProxy(
     CIMultiDict({"Content-Type": "application/json", "X-Openrtb-Version": "2.6"})
 )
+# A bid whose claim was held for a better-placed copy says so, so a replay can tell its
+# latency apart (``bidder.auction_claims``).
+_HELD_BID_HEADERS = CIMultiDictProxy(CIMultiDict({**_BID_HEADERS, "X-Dedup-Held": "1"}))
 
 
 class BidHandler:
@@ -139,7 +142,7 @@ class BidHandler:
             return self._answer_nobid(outcome, now)
         metrics.LATENCY.observe(clock.monotonic() - now)
         metrics.BIDS.inc()
-        return web.Response(body=outcome, headers=_BID_HEADERS)
+        return outcome
 
     def _partner_allowed(self, ssp: str) -> bool:
         """Stage 2, the SSP's token bucket: checked on the header, before the body is
@@ -156,7 +159,7 @@ class BidHandler:
 
     async def _decide_in_time(
         self, request: web.BaseRequest, received: float, margin: float
-    ) -> bytes | NoBid:
+    ) -> web.Response | NoBid:
         try:
             return await self._decide(request, received, margin)
         except TimeoutError:
@@ -168,7 +171,7 @@ class BidHandler:
 
     async def _decide(
         self, request: web.BaseRequest, received: float, margin: float
-    ) -> bytes | NoBid:
+    ) -> web.Response | NoBid:
         try:
             body = await self._read(request, self._deadline(received, None, margin))
             bid_request = parse_bid_request(body)
@@ -187,7 +190,7 @@ class BidHandler:
         finally:  # also on a timeout or a bug: what a stage took is given back
             ctx.finish(sent)
 
-    async def _answer(self, ctx: Context, deadline: float) -> bytes | NoBid:
+    async def _answer(self, ctx: Context, deadline: float) -> web.Response | NoBid:
         reason = await run_stages(self._state.stages, ctx, deadline)
         if reason is not None:
             return reason
@@ -200,7 +203,7 @@ class BidHandler:
         # Pure stages can't be cancelled, so lateness is checked once more here.
         if self._state.clock.monotonic() > deadline:
             return NoBid.DEADLINE
-        return body
+        return web.Response(body=body, headers=_HELD_BID_HEADERS if ctx.held else _BID_HEADERS)
 
     async def _read(self, request: web.BaseRequest, deadline: float) -> bytes:
         """The body; a timer is armed only if part of it has not arrived yet."""

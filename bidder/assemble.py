@@ -115,7 +115,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         ScoreStage(pricer),
     ]
     if settings.dedup_window_ms > 0:
-        stages.append(_dedup_stage(settings, valkey, clock))
+        stages.append(_dedup_stage(settings, valkey, supply, clock))
     generator, lease = await _leased_ids(settings, valkey, clock)
     producer = await _ledger_producer(settings, settings.aws_endpoint, clock)
     journal = await _deferred_journal(settings, settings.aws_endpoint, clock)
@@ -194,11 +194,13 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
     return state
 
 
-def _dedup_stage(settings: Settings, valkey: AsyncValkey, clock: Clock) -> SupplyDedupStage:
+def _dedup_stage(
+    settings: Settings, valkey: AsyncValkey, supply: SupplyCache, clock: Clock
+) -> SupplyDedupStage:
     """Stage 8b: one claim per bidding copy of an auction, on the worker's Valkey client."""
     claims = AuctionClaims(valkey, settings.key_namespace, settings.dedup_window_ms)
     hold_s, budget_s = settings.dedup_hold_ms / 1000, settings.dedup_claim_budget_ms / 1000
-    return SupplyDedupStage(claims, settings.path_policy, clock, hold_s, budget_s)
+    return SupplyDedupStage(claims, settings.path_policy, supply, clock, hold_s, budget_s)
 
 
 async def _campaign_book(settings: Settings, endpoint: str) -> CampaignBook:

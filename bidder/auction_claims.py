@@ -43,6 +43,8 @@ from bidder.clock import Clock
 from bidder.nobid import NoBid
 from bidder.pipeline import Context, StageResult
 from bidder.published_metrics import Counter
+from bidder.schain import ads_file
+from bidder.supply_files import SupplyCache
 from bidder.supply_path import PathPolicy, auction_id, hold_s
 from bidder.valkey import AsyncValkey
 from bidder.valkey_wait import Waiter
@@ -102,6 +104,7 @@ class SupplyDedupStage:
         self,
         claims: AuctionClaims,
         policy: PathPolicy,
+        supply: SupplyCache,
         clock: Clock,
         hold_s: float,
         claim_budget_s: float = CLAIM_BUDGET_S,
@@ -111,6 +114,7 @@ class SupplyDedupStage:
         """``waiter``: where claims with no answer by their limit are left to finish."""
         self._claims = claims
         self._policy = policy
+        self._supply = supply
         self._clock = clock
         self._hold_s = hold_s
         self._claim_budget_s = claim_budget_s
@@ -125,11 +129,14 @@ class SupplyDedupStage:
         return self._claim(ctx, tid, deadline)
 
     async def _claim(self, ctx: Context, tid: str, deadline: float) -> NoBid | None:
-        top = self._policy.is_top_ranked(ctx.ssp, ctx.request.schain)
+        request = ctx.request
+        ads = ads_file(request.domain, request.bundle, self._supply.files)
+        better = self._policy.better_path_possible(ctx.ssp, request.schain, ads)
         remaining = deadline - self._clock.monotonic()
-        wait = hold_s(top, self._hold_s, remaining, HOLD_MARGIN_S)
+        wait = hold_s(not better, self._hold_s, remaining, HOLD_MARGIN_S)
         if wait > 0:
             HELD.inc()
+            ctx.held = True
             await self._sleep(wait)
         limit = deadline - CLAIM_MARGIN_S
         fair_chance = limit - self._clock.monotonic() >= self._claim_budget_s

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bidder.ratelimit import RateLimitError, RateLimits, parse_rate_limits
 from bidder.settings import Settings, SettingsError
-from bidder.supply_path import PolicyError, parse_fees, parse_preference
+from bidder.supply_path import PolicyError, parse_domains, parse_fees, parse_preference
 
 _D = Settings()
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -117,6 +117,11 @@ def _add_dedup_options(p: argparse.ArgumentParser) -> None:
         "--ssp-fee-bps", action="append", default=[], metavar="SSP=BPS[,SSP=BPS]",
         help="an SSP's fee in basis points for the path rank (repeatable; default 0)",
     )  # fmt: skip
+    g.add_argument(
+        "--ssp-domain", action="append", default=[], metavar="SSP=DOMAIN[,SSP=DOMAIN]",
+        help="an SSP's advertising system domain: hold a copy only when a better path"
+        " through a listed SSP can exist (repeatable)",
+    )  # fmt: skip
 
 
 def _add_money_options(p: argparse.ArgumentParser) -> None:
@@ -149,7 +154,7 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> Settings:
     """Settings for ``serve``/``replay``; SettingsError names every bad option."""
-    preference, fees = _path_policy(args)
+    preference, fees, domains = _path_policy(args)
     return Settings(
         host=args.host,
         port=port,
@@ -197,14 +202,24 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         dedup_claim_budget_ms=args.dedup_claim_budget_ms,
         ssp_preference=preference,
         ssp_fees_bps=fees,
+        ssp_domains=domains,
     ).validate()
 
 
-def _path_policy(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
-    """(--ssp-preference, --ssp-fee-bps) as Settings fields; SettingsError names the option."""
+_PolicyFields = tuple[tuple[str, ...], tuple[tuple[str, int], ...], tuple[tuple[str, str], ...]]
+
+
+def _path_policy(args: argparse.Namespace) -> _PolicyFields:
+    """(--ssp-preference, --ssp-fee-bps, --ssp-domain) as Settings fields; SettingsError
+    names the option."""
     try:
         fees = parse_fees(args.ssp_fee_bps)
-        return parse_preference(args.ssp_preference), tuple(sorted(fees.items()))
+        domains = parse_domains(args.ssp_domain)
+        return (
+            parse_preference(args.ssp_preference),
+            tuple(sorted(fees.items())),
+            tuple(sorted(domains.items())),
+        )
     except PolicyError as exc:
         raise SettingsError(f"invalid settings:\n  {exc}") from None
 

@@ -66,6 +66,8 @@ class Context:
     household_key: str | None = None
     profile: Any = None
     """The user's profile when stage 5 had it in cache (``bidder.profile_cache``)."""
+    held: bool = False
+    """Stage 8b held the claim back for a better-placed copy (``bidder.auction_claims``)."""
     finishers: list[Finisher] = field(default_factory=list)
     """Called once with the bids sent (none on a no-bid), e.g. to release fcap slots."""
 

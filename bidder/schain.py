@@ -84,7 +84,7 @@ def verify(
     lenient, strict = _sellers(nodes, files.sellers)
     if lenient is not None:
         return Verdict(lenient, lenient)
-    ads = _ads_file(domain, bundle, files)
+    ads = ads_file(domain, bundle, files)
     if ads is not None:
         relationship = ads.authorized.get(nodes[-1])
         if relationship is None or (len(nodes) == 1 and relationship != "DIRECT"):
@@ -130,7 +130,9 @@ def _sellers(
     return None, strict
 
 
-def _ads_file(domain: str | None, bundle: str | None, files: SupplyFiles) -> AdsTxt | None:
+def ads_file(domain: str | None, bundle: str | None, files: SupplyFiles) -> AdsTxt | None:
+    """The publisher's app-ads.txt (by bundle) or ads.txt (by domain, then its parent
+    domains), None when none is cached."""
     if bundle is not None:
         return files.app_ads_txt.get(bundle)
     if domain is None:

@@ -19,6 +19,11 @@ from bidder.tokens import MIN_KEY_BYTES, check_kid
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "artifact"
 DEFAULT_SUPPLY_DIR = REPO_ROOT / "fixtures" / "openrtb" / "supply"
+BUNDLED_SSP_DOMAINS = tuple(
+    (f"ssp-{n}", f"ssp-{n}.example") for n in ("alpha", "beta", "gamma", "delta")
+)
+"""The SSPs of the world the bundled supply files describe (the generator's), with
+their advertising system domains: the default ``ssp_domains`` with those files."""
 PROFILE_MISS_POLICIES = ("continue", "nobid")
 
 
@@ -158,10 +163,16 @@ class Settings:
     """SSPs in order of preference for dedup; unlisted ones rank after them."""
     ssp_fees_bps: tuple[tuple[str, int], ...] = ()
     """(SSP, fee in basis points) for dedup's path rank; others 0."""
+    ssp_domains: tuple[tuple[str, str], ...] = ()
+    """(SSP, its advertising system domain): when given, a copy holds its claim only
+    when a better path through one of these SSPs can exist (``bidder.supply_path``)."""
 
     @property
     def path_policy(self) -> PathPolicy:
-        return PathPolicy(self.ssp_preference, dict(self.ssp_fees_bps))
+        domains = self.ssp_domains
+        if not domains and self.supply_s3 is None and self.supply_dir == DEFAULT_SUPPLY_DIR:
+            domains = BUNDLED_SSP_DOMAINS
+        return PathPolicy(self.ssp_preference, dict(self.ssp_fees_bps), dict(domains))
 
     def validate(self) -> Settings:
         """Return self when valid; raise SettingsError listing every problem."""
@@ -268,7 +279,12 @@ class Settings:
 
     def _dedup_checks(self) -> list[tuple[bool, str]]:
         names = [ssp for ssp, _ in self.ssp_fees_bps]
+        domains = [ssp for ssp, _ in self.ssp_domains]
         return [
+            (
+                all(domains) and len(set(domains)) == len(domains),
+                "--ssp-domain: SSP names must be non-empty and given once",
+            ),
             (
                 self.dedup_window_ms == 0 or 10 <= self.dedup_window_ms <= 60_000,
                 "--dedup-window-ms must be 0 (off) or 10-60000",

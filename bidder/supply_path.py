@@ -22,14 +22,22 @@ paths, and the name never decides which one a DSP bids on (see ``is_top_ranked``
 A copy is *top-ranked* when no copy of the auction through another SSP could have a
 strictly better key: another SSP's best possible key is its preference position, one
 hop and its own fee (an unlisted SSP: after the listed ones, one hop, fee 0). A
-top-ranked copy claims the auction at once; any other copy holds its claim back for a
-moment so that a better copy arriving just after it can claim first (``hold_s``).
+top-ranked copy claims the auction at once. Any other copy holds its claim back for a
+moment so that a better copy arriving just after it can claim first (``hold_s``), but
+only when such a copy can exist (``better_path_possible``): another SSP can sell the
+inventory only if the publisher's ads.txt or app-ads.txt authorizes it (its best chain
+is then one hop with a DIRECT record, two with RESELLER records only) or it is already
+a seller on this copy's chain (as many hops as its place there). That needs each SSP's
+advertising system domain (``--ssp-domain``); without them, or without the publisher's
+file, any SSP's best possible key is assumed, as for ``is_top_ranked``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from bidder.ads_txt import AdsTxt
 
 MAX_TID_CHARS = 128
 """A longer tid is not used as a dedup key (it would make an outsized Valkey key)."""
@@ -46,13 +54,28 @@ PathRank = tuple[int, int, int, str]
 class PathPolicy:
     """The operator's supply-path preferences: SSP order and fees (immutable)."""
 
-    __slots__ = ("_best_listed", "_fees", "_position", "fees_bps", "preference")
+    __slots__ = (
+        "_best_listed",
+        "_fees",
+        "_position",
+        "domains",
+        "fees_bps",
+        "preference",
+    )
 
     def __init__(
-        self, preference: Iterable[str] = (), fees_bps: Mapping[str, int] | None = None
+        self,
+        preference: Iterable[str] = (),
+        fees_bps: Mapping[str, int] | None = None,
+        domains: Mapping[str, str] | None = None,
     ) -> None:
+        """``domains``: each SSP partner's advertising system domain (its ``asi``);
+        when given, it names every SSP a copy of an auction can come through."""
         self.preference: tuple[str, ...] = tuple(preference)
         self.fees_bps: tuple[tuple[str, int], ...] = tuple(sorted((fees_bps or {}).items()))
+        self.domains: tuple[tuple[str, str], ...] = tuple(
+            sorted((ssp, domain.lower()) for ssp, domain in (domains or {}).items())
+        )
         self._position = {ssp: n for n, ssp in enumerate(self.preference)}
         self._fees = dict(self.fees_bps)
         # Every listed SSP's best possible key, best first: what another copy could reach.
@@ -61,15 +84,21 @@ class PathPolicy:
         )
 
     def __repr__(self) -> str:
-        return f"PathPolicy(preference={self.preference!r}, fees_bps={dict(self.fees_bps)!r})"
+        return (
+            f"PathPolicy(preference={self.preference!r}, fees_bps={dict(self.fees_bps)!r},"
+            f" domains={dict(self.domains)!r})"
+        )
+
+    def _identity(self) -> tuple[Any, ...]:
+        return (self.preference, self.fees_bps, self.domains)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PathPolicy):
             return NotImplemented
-        return (self.preference, self.fees_bps) == (other.preference, other.fees_bps)
+        return self._identity() == other._identity()
 
     def __hash__(self) -> int:
-        return hash((self.preference, self.fees_bps))
+        return hash(self._identity())
 
     def position(self, ssp: str) -> int:
         """The SSP's place in the preference order; unlisted SSPs share the last place."""
@@ -92,8 +121,31 @@ class PathPolicy:
         return (len(self.preference), 1, 0)
 
     def is_top_ranked(self, ssp: str, schain: Mapping[str, Any] | None) -> bool:
-        """No copy through another SSP could rank strictly better than this one."""
+        """No copy through any other SSP could rank strictly better than this one."""
         return self.key(ssp, schain) <= self.best_other_key(ssp)
+
+    def better_path_possible(
+        self, ssp: str, schain: Mapping[str, Any] | None, ads: AdsTxt | None
+    ) -> bool:
+        """A copy of this auction through another SSP that may sell this inventory
+        (``ads``: the publisher's ads.txt or app-ads.txt, None when there is none)
+        could rank strictly better than this one (module docstring)."""
+        own = self.key(ssp, schain)
+        if own <= self.best_other_key(ssp):
+            return False
+        if ads is None or not self.domains:
+            return True
+        on_chain = _chain_hops(schain)
+        for other, domain in self.domains:
+            if other == ssp:
+                continue
+            hops = on_chain.get(domain, UNKNOWN_HOPS)
+            relationship = ads.systems.get(domain)
+            if relationship is not None:
+                hops = min(hops, 1 if relationship == "DIRECT" else 2)
+            if hops < UNKNOWN_HOPS and (self.position(other), hops, self.fee_bps(other)) < own:
+                return True
+        return False
 
 
 DEFAULT_POLICY = PathPolicy()
@@ -107,6 +159,18 @@ def hops(schain: Mapping[str, Any] | None) -> int:
     if not isinstance(nodes, list) or not nodes or not all(_is_node(n) for n in nodes):
         return UNKNOWN_HOPS
     return min(len(nodes), UNKNOWN_HOPS - 1)
+
+
+def _chain_hops(schain: Mapping[str, Any] | None) -> dict[str, int]:
+    """Advertising system domain -> the hops of a chain that ends at its first node on
+    ``schain`` (its 1-based place); empty for a chain that is not well formed."""
+    nodes = schain.get("nodes") if schain is not None else None
+    if not isinstance(nodes, list) or not all(_is_node(n) for n in nodes):
+        return {}
+    hops: dict[str, int] = {}
+    for place, node in enumerate(nodes, start=1):
+        hops.setdefault(node["asi"].lower(), place)
+    return hops
 
 
 def _is_node(node: Any) -> bool:
@@ -159,17 +223,37 @@ def parse_preference(text: str) -> tuple[str, ...]:
 def parse_fees(specs: Iterable[str]) -> dict[str, int]:
     """``["ssp-a=15,ssp-b=0"]`` -> ``{"ssp-a": 15, "ssp-b": 0}``; raises PolicyError
     naming every malformed entry (each spec may hold several, comma-separated)."""
-    fees: dict[str, int] = {}
+    pairs = _pairs(
+        specs,
+        "--ssp-fee-bps",
+        f"SSP=BPS with BPS 0-{MAX_FEE_BPS}",
+        lambda value: value.isdigit() and int(value) <= MAX_FEE_BPS,
+    )
+    return {ssp: int(value) for ssp, value in pairs.items()}
+
+
+def parse_domains(specs: Iterable[str]) -> dict[str, str]:
+    """``["ssp-a=ads.a.example"]`` -> ``{"ssp-a": "ads.a.example"}`` (lower case);
+    raises PolicyError naming every malformed entry."""
+    pairs = _pairs(specs, "--ssp-domain", "SSP=DOMAIN", lambda value: "." in value)
+    return {ssp: domain.lower() for ssp, domain in pairs.items()}
+
+
+def _pairs(
+    specs: Iterable[str], option: str, form: str, valid: Callable[[str], bool]
+) -> dict[str, str]:
+    """``NAME=VALUE`` entries, comma-separated in each spec; PolicyError names every
+    entry that is malformed or repeats a name."""
+    found: dict[str, str] = {}
     problems = []
     for spec in (part.strip() for text in specs for part in text.split(",") if part.strip()):
-        name, sep, value = spec.partition("=")
-        bps = int(value) if value.strip().isdigit() else -1
-        if not sep or not name.strip() or not 0 <= bps <= MAX_FEE_BPS:
-            problems.append(f"{spec!r}: expected SSP=BPS with BPS 0-{MAX_FEE_BPS}")
-        elif name.strip() in fees:
-            problems.append(f"{spec!r}: {name.strip()} given twice")
+        name, sep, value = (field.strip() for field in spec.partition("="))
+        if not sep or not name or not valid(value):
+            problems.append(f"{spec!r}: expected {form}")
+        elif name in found:
+            problems.append(f"{spec!r}: {name} given twice")
         else:
-            fees[name.strip()] = bps
+            found[name] = value
     if problems:
-        raise PolicyError("--ssp-fee-bps: " + "; ".join(problems))
-    return fees
+        raise PolicyError(f"{option}: " + "; ".join(problems))
+    return found

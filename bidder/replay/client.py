@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-DEFAULT_HEADERS = ("x-nbr-reason", "x-nbr")
+DEFAULT_HEADERS = ("x-nbr-reason", "x-nbr", "x-dedup-held")
 _FRAMING = (b"content-length", b"transfer-encoding")
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python 3.11 lacks the name
 _SCM_TIMESTAMPNS = _SO_TIMESTAMPNS

@@ -257,7 +257,8 @@ class _Replay:
         result.within_deadline += answered and corrected_ns <= self._deadline_ns
         result.within_deadline_from_write += answered and uncorrected_ns <= self._deadline_ns
         result.ssp(ssp).count_answer(status, reason, corrected_ns // 1000)
-        result.count_copy(ssp, record.body, status, reason, corrected_ns // 1000)
+        held = "x-dedup-held" in response.headers
+        result.count_copy(ssp, record.body, status, reason, corrected_ns // 1000, held)
 
     def _record(self, intended_ns: int, sent_ns: int, done_ns: int) -> tuple[int, int]:
         """Record both latencies; returns them (ns): corrected, uncorrected."""

@@ -120,15 +120,28 @@ class ReplayResult:
     """Per supply partner, by name."""
     corrected_200: HdrHistogram = field(default_factory=new_latency_histogram)
     """The bids (200s) alone, corrected."""
+    corrected_200_held: HdrHistogram = field(default_factory=new_latency_histogram)
+    """The bids whose copy held its claim for a better-placed one (``X-Dedup-Held``)."""
+    corrected_200_not_held: HdrHistogram = field(default_factory=new_latency_histogram)
+    """The other bids."""
     duplicates: DuplicateTally = field(default_factory=DuplicateTally)
     """Auctions sent through several SSPs (give it the bidder's ``PathPolicy``)."""
 
     def count_copy(
-        self, ssp: str, body: bytes, status: int, reason: str | None, corrected_us: int
+        self,
+        ssp: str,
+        body: bytes,
+        status: int,
+        reason: str | None,
+        corrected_us: int,
+        held: bool = False,
     ) -> None:
-        """A measured answer's part in the duplicate-auctions section."""
+        """A measured answer's part in the duplicate-auctions section (``held``: the
+        bidder held its claim before bidding)."""
         if status == 200:
             record_latency(self.corrected_200, corrected_us)
+            apart = self.corrected_200_held if held else self.corrected_200_not_held
+            record_latency(apart, corrected_us)
         self.duplicates.count(ssp, body, status, reason)
 
     def ssp(self, name: str) -> SspResult:
@@ -197,7 +210,10 @@ def to_json(result: ReplayResult) -> dict[str, Any]:
             "corrected": latency_ms(result.corrected),
             "uncorrected": latency_ms(result.uncorrected),
             "corrected_200": latency_ms(result.corrected_200),
+            "corrected_200_held": latency_ms(result.corrected_200_held),
+            "corrected_200_not_held": latency_ms(result.corrected_200_not_held),
         },
+        "bids_held": result.corrected_200_held.get_total_count(),
         "p99_9_reliable": result.samples >= RELIABLE_P99_9_SAMPLES,
         "within_deadline_share": round(result.within_deadline_share, 6),
         "within_deadline_from_write_share": round(result.within_deadline_from_write_share, 6),
@@ -327,6 +343,11 @@ def _auction(result: ReplayResult) -> str:
 
 def _duplicate_auctions(result: ReplayResult) -> str:
     d, bids = result.duplicates.summary(), latency_ms(result.corrected_200)
+    held, not_held = (
+        latency_ms(h) for h in (result.corrected_200_held, result.corrected_200_not_held)
+    )
+    n_held = result.corrected_200_held.get_total_count()
+    n_not_held = result.corrected_200_not_held.get_total_count()
     return "\n".join(
         [
             f"duplicate auctions  {d.groups:,} groups ({d.copies:,} requests)"
@@ -338,6 +359,9 @@ def _duplicate_auctions(result: ReplayResult) -> str:
             f"  ({_share(d.groups_bid_on_best_bidding_copy, d.groups_with_bid)} of bid groups,"
             f" among copies that would bid; {d.groups_bid_on_best_copy:,} among all copies)",
             f"  bids p50 {bids['p50']:.3f} ms  p99 {bids['p99']:.3f} ms (corrected)",
+            f"    held {n_held:,}  p50 {held['p50']:.3f} ms  p99 {held['p99']:.3f} ms;"
+            f"  not held {n_not_held:,}  p50 {not_held['p50']:.3f} ms"
+            f"  p99 {not_held['p99']:.3f} ms",
         ]
     )
 

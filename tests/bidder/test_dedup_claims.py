@@ -17,6 +17,7 @@ import pytest_asyncio
 import redis
 from redis.crc import key_slot
 
+from bidder.ads_txt import AdsRecord, AdsTxt
 from bidder.auction_claims import (
     CLAIM_BUDGET_S,
     AuctionClaims,
@@ -28,7 +29,9 @@ from bidder.cluster import LocalValkeyCluster, ValkeyNode
 from bidder.nobid import NoBid
 from bidder.openrtb import parse_bid_request
 from bidder.pipeline import Context
+from bidder.schain import SupplyFiles
 from bidder.stack import free_port
+from bidder.supply_files import DirectorySource, SupplyCache
 from bidder.supply_path import PathPolicy
 from bidder.valkey import AsyncValkey, connect_async
 from bidder.valkey_wait import Waiter
@@ -49,11 +52,19 @@ def claims_count(outcome: str) -> float:
     return sample("bidsim_dedup_claims_total", {"outcome": outcome})
 
 
-def context(ssp: str, tid: str | None, schain: dict[str, Any] | None = DIRECT) -> Context:
+def context(
+    ssp: str, tid: str | None, schain: dict[str, Any] | None = DIRECT, domain: str | None = None
+) -> Context:
     source: dict[str, Any] = {"schain": schain} if schain else {}
     if tid is not None:
         source["tid"] = tid
-    doc = {"id": "r", "imp": [{"id": "1", "banner": {"w": 300, "h": 250}}], "source": source}
+    doc: dict[str, Any] = {
+        "id": "r",
+        "imp": [{"id": "1", "banner": {"w": 300, "h": 250}}],
+        "source": source,
+    }
+    if domain is not None:
+        doc["site"] = {"domain": domain}
     return Context(request=parse_bid_request(json.dumps(doc).encode()), ssp=ssp, received=0.0)
 
 
@@ -97,9 +108,17 @@ def stage(
     policy: PathPolicy | None = None,
     claim_budget_s: float = CLAIM_BUDGET_S,
     waiter: Waiter | None = None,
+    supply: SupplyCache | None = None,
 ) -> SupplyDedupStage:
     return SupplyDedupStage(
-        claims, policy or PathPolicy(), clock, HOLD_S, claim_budget_s, sleep=sleeps, waiter=waiter
+        claims,
+        policy or PathPolicy(),
+        supply or SupplyCache(DirectorySource(Path("no-supply-files"))),
+        clock,
+        HOLD_S,
+        claim_budget_s,
+        sleep=sleeps,
+        waiter=waiter,
     )
 
 
@@ -244,6 +263,34 @@ async def test_only_a_copy_that_is_not_top_ranked_holds_before_claiming(
     dedup = stage(claims, sleeps, loop_clock(), PathPolicy(preference))
     await decide(dedup, context(ssp, new_tid(), schain), asyncio.get_running_loop().time() + 1)
     assert sleeps.held == held
+
+
+@pytest.mark.parametrize(
+    ("records", "held"),
+    [
+        ((("b.example", "RESELLER"),), []),
+        ((("b.example", "RESELLER"), ("c.example", "DIRECT")), [HOLD_S]),
+    ],
+    ids=["no better path can exist", "another ssp sells direct"],
+)
+@pytest.mark.asyncio
+async def test_a_copy_holds_only_when_a_better_path_can_exist(
+    client: AsyncValkey,
+    namespace: str,
+    records: tuple[tuple[str, str], ...],
+    held: list[float],
+) -> None:
+    """Through ssp-b on a two-hop chain: with ssp-b and ssp-c the only other SSPs."""
+    sleeps, supply = Sleeps(), SupplyCache(DirectorySource(Path("no-supply-files")))
+    ads = AdsTxt(tuple(AdsRecord(d, "acct", rel) for d, rel in records))
+    supply.files = SupplyFiles(sellers={}, ads_txt={"pub.example": ads}, app_ads_txt={})
+    policy = PathPolicy(domains={"ssp-b": "b.example", "ssp-c": "c.example"})
+    dedup = stage(
+        AuctionClaims(client, namespace, WINDOW_MS), sleeps, loop_clock(), policy, supply=supply
+    )
+    ctx = context("ssp-b", new_tid(), RESOLD, domain="pub.example")
+    assert await decide(dedup, ctx, asyncio.get_running_loop().time() + 1) is None
+    assert (sleeps.held, ctx.held) == (held, bool(held))
 
 
 @pytest.mark.asyncio

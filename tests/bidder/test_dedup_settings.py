@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
 from bidder.auction_claims import SupplyDedupStage
 from bidder.cli_options import add_bidder_options, settings_from_args
-from bidder.settings import Settings, SettingsError
+from bidder.replay.inventory import SSPS
+from bidder.settings import BUNDLED_SSP_DOMAINS, Settings, SettingsError
 from bidder.supply_path import PathPolicy
 from tests.bidder.live import LiveBidder
 
@@ -22,7 +24,20 @@ def settings(*argv: str) -> Settings:
 def test_dedup_is_on_by_default_without_preferences() -> None:
     defaults = settings()
     assert (defaults.dedup_window_ms, defaults.dedup_hold_ms) == (1000, 3.0)
-    assert defaults.path_policy == PathPolicy()
+    assert defaults.path_policy == PathPolicy(domains=dict(BUNDLED_SSP_DOMAINS))
+
+
+def test_the_bundled_supply_files_bring_their_world_s_ssp_domains() -> None:
+    assert dict(BUNDLED_SSP_DOMAINS) == {ssp.name: ssp.domain for ssp in SSPS}
+
+
+def test_other_supply_files_bring_no_ssp_domains(tmp_path: Path) -> None:
+    assert settings("--supply-dir", str(tmp_path)).path_policy == PathPolicy()
+
+
+def test_given_ssp_domains_replace_the_bundled_ones() -> None:
+    chosen = settings("--ssp-domain", "ssp-a=Ads.A.example,ssp-b=b.example")
+    assert chosen.path_policy.domains == (("ssp-a", "ads.a.example"), ("ssp-b", "b.example"))
 
 
 def test_the_flags_make_the_path_policy() -> None:
@@ -35,7 +50,7 @@ def test_the_flags_make_the_path_policy() -> None:
         "--dedup-claim-budget-ms", "1.5",
     )  # fmt: skip
     assert chosen.path_policy == PathPolicy(
-        ["ssp-b", "ssp-a"], {"ssp-a": 15, "ssp-c": 5, "ssp-d": 1}
+        ["ssp-b", "ssp-a"], {"ssp-a": 15, "ssp-c": 5, "ssp-d": 1}, dict(BUNDLED_SSP_DOMAINS)
     )
     assert (chosen.dedup_window_ms, chosen.dedup_hold_ms, chosen.dedup_claim_budget_ms) == (
         500,
@@ -56,6 +71,9 @@ def test_the_flags_make_the_path_policy() -> None:
         (["--ssp-preference", "a,a"], "--ssp-preference"),
         (["--ssp-fee-bps", "a=x"], "--ssp-fee-bps"),
         (["--ssp-fee-bps", "a=10001"], "--ssp-fee-bps"),
+        (["--ssp-domain", "a"], "--ssp-domain"),
+        (["--ssp-domain", "a=nodot"], "--ssp-domain"),
+        (["--ssp-domain", "a=x.example,a=y.example"], "--ssp-domain"),
     ],
 )
 def test_a_bad_dedup_option_is_named(argv: list[str], flag: str) -> None:

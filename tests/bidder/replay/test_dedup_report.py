@@ -103,6 +103,20 @@ def test_the_json_report_has_the_section_and_the_bids_latency() -> None:
     assert report["latency_ms"]["corrected_200"]["p99"] == pytest.approx(3.0, rel=0.01)
 
 
+def test_held_bids_are_reported_apart_from_the_rest() -> None:
+    result = ReplayResult(deadline_ms=8.0)
+    result.count_copy("ssp-a", body("t1"), 200, None, 3_500, held=True)
+    result.count_copy("ssp-b", body("t2"), 200, None, 500)
+    result.count_copy("ssp-c", body("t3"), 200, None, 700)
+    report = orjson.loads(orjson.dumps(to_json(result)))
+    assert report["bids_held"] == 1
+    latency = report["latency_ms"]
+    assert latency["corrected_200_held"]["p99"] == pytest.approx(3.5, rel=0.01)
+    assert latency["corrected_200_not_held"]["p99"] == pytest.approx(0.7, rel=0.01)
+    assert latency["corrected_200"]["p99"] == pytest.approx(3.5, rel=0.01)
+    assert "held 1  p50 3.50" in render_table(result)
+
+
 def test_the_table_shows_the_section() -> None:
     result = ReplayResult(deadline_ms=8.0)
     result.count_copy("ssp-a", body("t1"), 200, None, 3_000)
