@@ -11,6 +11,9 @@ One place says which adapter feeds which stage, in hot-path order:
     8 score          Pricer over the LightGBM artifact (reloaded when it changes)
     8b dedup         AuctionClaims (Valkey SET NX, bidding copies with a tid only)
 
+(7 and 8b share one auto-pipelined connection on a single Valkey server,
+``bidder.valkey_pipelined``; on a Cluster they use redis-py clients)
+
 and which sinks the win path tells of a billed impression (fcap counting, the
 pacer's lease debit). Everything that must be loaded before the port opens is
 loaded here; what keeps it fresh is returned as background jobs.
@@ -56,7 +59,8 @@ from bidder.stages import (
 )
 from bidder.supply_files import DirectorySource, S3Source, SupplyCache, SupplySource
 from bidder.tokens import TokenSigner, generate_key
-from bidder.valkey import AsyncValkey, connect_async, warm_up
+from bidder.valkey import AsyncValkey, connect_async, connect_pipelined, warm_up
+from bidder.valkey_pipelined import PipelinedConnection
 from fcap import FcapStore, FrequencyCapper, NegativeCache
 from fcap import connect as fcap_connect
 from ids.bid_ids import bid_id_source
@@ -102,7 +106,8 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         settings.valkey_url, cluster=settings.valkey_cluster, timeout_s=_VALKEY_TIMEOUT_S
     )
     await _warm_up(valkey)
-    capper = await _capper(settings, settings.valkey_url)
+    pipelined = await _pipelined(settings, settings.valkey_url)
+    capper = await _capper(settings, settings.valkey_url, pipelined)
     pacer = NodePacer(pacing_node_id(os.getpid()), clock)
     lease_reader = LeaseReader(valkey, pacer.node_id)
     stages: list[Stage] = [
@@ -115,7 +120,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         ScoreStage(pricer),
     ]
     if settings.dedup_window_ms > 0:
-        stages.append(_dedup_stage(settings, valkey, supply, clock))
+        stages.append(_dedup_stage(settings, pipelined or valkey, supply, clock))
     generator, lease = await _leased_ids(settings, valkey, clock)
     producer = await _ledger_producer(settings, settings.aws_endpoint, clock)
     journal = await _deferred_journal(settings, settings.aws_endpoint, clock)
@@ -189,15 +194,20 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         close_profiles,
         valkey.aclose,
         capper.store.client.aclose,
-        publish_last_metrics,
     ]
+    if pipelined is not None:
+        state.closers.append(pipelined.aclose)
+    state.closers.append(publish_last_metrics)
     return state
 
 
 def _dedup_stage(
-    settings: Settings, valkey: AsyncValkey, supply: SupplyCache, clock: Clock
+    settings: Settings,
+    valkey: PipelinedConnection | AsyncValkey,
+    supply: SupplyCache,
+    clock: Clock,
 ) -> SupplyDedupStage:
-    """Stage 8b: one claim per bidding copy of an auction, on the worker's Valkey client."""
+    """Stage 8b: one claim per bidding copy of an auction."""
     claims = AuctionClaims(valkey, settings.key_namespace, settings.dedup_window_ms)
     hold_s, budget_s = settings.dedup_hold_ms / 1000, settings.dedup_claim_budget_ms / 1000
     return SupplyDedupStage(claims, settings.path_policy, supply, clock, hold_s, budget_s)
@@ -257,11 +267,26 @@ def _profile_cache(settings: Settings, endpoint: str, clock: Clock) -> ProfileCa
     return ProfileCache(table.get_many, clock, config)
 
 
-async def _capper(settings: Settings, url: str) -> FrequencyCapper:
+async def _pipelined(settings: Settings, url: str) -> PipelinedConnection | None:
+    """The bid path's connection to a single server; None on a Cluster."""
+    if settings.valkey_cluster:
+        return None
+    pipelined = connect_pipelined(url, connect_timeout_s=_VALKEY_TIMEOUT_S)
+    try:
+        await pipelined.connect()
+    except Exception as exc:  # Valkey down at start: serve, it connects on demand
+        log.warning("bid-path Valkey connection not up yet: %s", exc)
+    return pipelined
+
+
+async def _capper(
+    settings: Settings, url: str, pipelined: PipelinedConnection | None
+) -> FrequencyCapper:
     store = FcapStore(
         fcap_connect(
             url, cluster=settings.valkey_cluster, replica_reads=settings.fcap_replica_reads
         ),
+        pipelined=pipelined,
         check_timeout_s=settings.fcap_check_timeout_ms / 1000,
     )
     try:

@@ -47,6 +47,7 @@ from bidder.schain import ads_file
 from bidder.supply_files import SupplyCache
 from bidder.supply_path import PathPolicy, auction_id, hold_s
 from bidder.valkey import AsyncValkey
+from bidder.valkey_pipelined import PipelinedConnection, pack
 from bidder.valkey_wait import Waiter
 
 CLAIM_BUDGET_S = 0.002
@@ -79,22 +80,35 @@ def auction_key(namespace: str, tid: str) -> str:
 
 
 class AuctionClaims:
-    """The Valkey side: one ``SET NX PX`` per claim."""
+    """The Valkey side: one ``SET NX PX`` per claim, on the worker's auto-pipelined
+    connection (one server) or its redis-py client (a Cluster)."""
 
-    def __init__(self, client: AsyncValkey, namespace: str, window_ms: int) -> None:
+    def __init__(
+        self, valkey: PipelinedConnection | AsyncValkey, namespace: str, window_ms: int
+    ) -> None:
         if window_ms <= 0:
             raise ValueError("the dedup window must be positive")
-        self._client = client
+        self._valkey = valkey
         self._namespace = namespace
         self._window_ms = window_ms
+        self._waiter = Waiter()
 
-    async def claim(self, tid: str, holder: str) -> bool:
+    async def claim(self, tid: str, holder: str, until: float) -> bool:
         """True when this call claimed the auction, False when a copy already had.
 
-        Raises ``RedisError`` or ``OSError`` when Valkey fails; the caller bounds the time.
+        Raises ``TimeoutError`` when Valkey has not answered by ``until`` (the loop's
+        clock), ``RedisError`` or ``OSError`` when it fails.
         """
         key = auction_key(self._namespace, tid)
-        return bool(await self._client.set(key, holder or "-", nx=True, px=self._window_ms))
+        valkey = self._valkey
+        if isinstance(valkey, PipelinedConnection):
+            command = pack(b"SET", key, holder or "-", b"NX", b"PX", self._window_ms)
+            return await valkey.send(command, until) is not None
+        (won,) = await self._waiter.gather([self._set(valkey, key, holder)], until)
+        return won
+
+    async def _set(self, client: AsyncValkey, key: str, holder: str) -> bool:
+        return bool(await client.set(key, holder or "-", nx=True, px=self._window_ms))
 
 
 class SupplyDedupStage:
@@ -109,9 +123,7 @@ class SupplyDedupStage:
         hold_s: float,
         claim_budget_s: float = CLAIM_BUDGET_S,
         sleep: Sleep = asyncio.sleep,
-        waiter: Waiter | None = None,
     ) -> None:
-        """``waiter``: where claims with no answer by their limit are left to finish."""
         self._claims = claims
         self._policy = policy
         self._supply = supply
@@ -119,7 +131,6 @@ class SupplyDedupStage:
         self._hold_s = hold_s
         self._claim_budget_s = claim_budget_s
         self._sleep = sleep
-        self._waiter = waiter if waiter is not None else Waiter()
 
     def __call__(self, ctx: Context, deadline: float) -> StageResult | Awaitable[StageResult]:
         tid = auction_id(ctx.request.tid)
@@ -141,7 +152,7 @@ class SupplyDedupStage:
         limit = deadline - CLAIM_MARGIN_S
         fair_chance = limit - self._clock.monotonic() >= self._claim_budget_s
         try:
-            (won,) = await self._waiter.gather([self._claims.claim(tid, ctx.ssp)], limit)
+            won = await self._claims.claim(tid, ctx.ssp, limit)
         except TimeoutError:
             if not fair_chance:
                 LATE.inc()

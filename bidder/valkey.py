@@ -1,8 +1,10 @@
 """Every Valkey client of bidsim comes from here: one server or a Valkey Cluster.
 
-Theory of operation. ``connect_async`` (the bidder workers, the admin port) and
-``connect_sync`` (the reconciler, the supervisor's start-up checks) build a redis-py
-client for ``url``: a plain ``Redis`` or, with ``cluster=True``, a ``RedisCluster``
+Theory of operation. ``connect_pipelined`` builds the bid path's auto-pipelined
+connection to one server (``bidder.valkey_pipelined``; a Cluster has none, its bid
+path takes the asyncio client). ``connect_async`` (the bidder workers, the admin
+port) and ``connect_sync`` (the reconciler, the supervisor's start-up checks) build
+a redis-py client for ``url``: a plain ``Redis`` or, with ``cluster=True``, a ``RedisCluster``
 that learns the slot map from that one node and routes each command to the owner of
 its key's slot (following MOVED/ASK on its own). The callers do not care which: every
 key layout keeps a multi-key script's keys under one hash tag, and the pipelines that
@@ -73,6 +75,7 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from bidder.stack import normalize_valkey_url
+from bidder.valkey_pipelined import Address, PipelinedConnection
 from bidder.valkey_wait import retrieve
 
 AsyncValkey = aioredis.Redis | aioredis.RedisCluster
@@ -200,6 +203,14 @@ def connect_async(
             options["load_balancing_strategy"] = LoadBalancingStrategy.RANDOM_REPLICA
         return _ClusterClient.from_url(url, **options)
     return aioredis.Redis.from_url(url, **_options(timeout_s))
+
+
+def connect_pipelined(url: str, *, connect_timeout_s: float) -> PipelinedConnection:
+    """The auto-pipelined connection to the one server at ``url``, not connected yet
+    (``PipelinedConnection.connect``; it also connects on demand). Call it on the
+    loop that will use it."""
+    address = Address.from_url(normalize_valkey_url(url))
+    return PipelinedConnection(address, connect_timeout_s=connect_timeout_s)
 
 
 def connect_sync(url: str, *, cluster: bool = False, timeout_s: float) -> SyncValkey:

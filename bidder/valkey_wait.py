@@ -1,5 +1,9 @@
 """Waiting for Valkey calls until an instant without cancelling the late ones.
 
+For calls through redis-py: a Cluster's bid path (fcap checks, dedup claims) and
+fcap counts and releases. On one server the bid path's calls go through
+``bidder.valkey_pipelined`` instead, which bounds time without tasks.
+
 Why not cancel: redis-py cannot know whether the answer to a cancelled command is
 still on its way, so it drops that connection (``read_response`` disconnects on any
 exception), and the next command to take a connection from the pool pays a

@@ -5,6 +5,10 @@ the window math exists once in Lua. The SHA is computed locally: no round trip t
 register. A server that has not seen the script (fresh, restarted, flushed, or a
 new Cluster node) answers NOSCRIPT; then ``SCRIPT LOAD`` (on every primary of a
 Cluster) and one more EVALSHA. Nothing else is retried here.
+
+Two ways to call: ``Script.__call__`` through a redis-py client, or
+``Script.evalsha`` and ``Script.reload`` on a ``bidder.valkey_pipelined``
+connection, where the EVALSHA is sent before anything is awaited (``FcapStore``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from redis.exceptions import NoScriptError
+
+from bidder.valkey_pipelined import PipelinedConnection, pack
 
 _LUA = Path(__file__).parent / "lua"
 
@@ -41,6 +47,18 @@ class Script:
             async with loading:
                 await client.script_load(self.body)
             return await client.evalsha(self.sha, len(keys), *keys, *args)
+
+    def evalsha(self, keys: Sequence[str], args: Sequence[str | int]) -> bytes:
+        """The EVALSHA command for ``keys`` and ``args``, encoded."""
+        return pack(b"EVALSHA", self.sha, len(keys), *keys, *args)
+
+    async def reload(
+        self, connection: PipelinedConnection, until: float, loading: asyncio.Lock
+    ) -> None:
+        """SCRIPT LOAD on ``connection``'s server, after a NOSCRIPT (serialized by
+        ``loading`` as in ``__call__``)."""
+        async with loading:
+            await connection.send(pack(b"SCRIPT", b"LOAD", self.body), until)
 
 
 CHECK = Script("check")

@@ -2,8 +2,8 @@
 ``FcapUnavailable``.
 
 A check sends, per side, one command built from a cached plan (``fcap.plan``):
-check.lua when a candidate reserves at bid, else a plain HMGET sent the lean way
-(``fcap.wire``); the decision is made here from the values read.
+check.lua when a candidate reserves at bid, else a plain HMGET; the decision is made
+here from the values read.
 
 Works with ``redis.asyncio.Redis`` and ``redis.asyncio.RedisCluster`` alike: every
 call touches the keys of one hash tag. A user's counters and a household's are two
@@ -12,16 +12,23 @@ script calls *concurrently*: about one round trip of latency, each side atomic o
 its own. A count half-done by a failure is completed by retrying the whole count:
 the side that already counted answers "duplicate".
 
+Two ways to the server. On one server, checks go through the worker's
+auto-pipelined connection (``bidder.valkey_pipelined``): both sides are sent before
+anything is awaited, and a check past its limit fails with ``TimeoutError`` while
+its reply is simply dropped when it comes. On a Cluster (no ``pipelined``
+connection), and for counts and releases everywhere, calls go through the redis-py
+client; a call past its limit there is not cancelled but left to finish
+(``bidder.valkey_wait``), so its connection goes back to the pool instead of being
+dropped. Either way a check.lua whose caller gave up may still reserve a slot;
+nobody releases it, which is the safe side (as when a release fails), until its
+bucket expires.
+
 Time authority: the caller's clock. ``now_ms`` (and a win's ``impression_ms``) go in
 as ARGV, so simulations run in virtual time and every bidder process judges windows
 by its own clock; see docs/fcap.md for what skew does at a window edge.
 
 No retries, no backoff: a timed-out or failed call raises ``FcapUnavailable`` and the
-campaign's policy decides (``fcap.capper``). ``connect`` builds clients that way. A
-timed-out call is not cancelled but left to finish (``bidder.valkey_wait``): its
-connection goes back to the pool instead of being dropped. A check.lua left running
-may still reserve a slot; nobody releases it, which is the safe side (as when a
-release fails), until its bucket expires.
+campaign's policy decides (``fcap.capper``). ``connect`` builds clients that way.
 """
 
 from __future__ import annotations
@@ -34,14 +41,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from bidder.valkey import connect_async
+from bidder.valkey_pipelined import PipelinedConnection, forget
 from bidder.valkey_wait import Waiter
 from fcap import keys, scripts
-from fcap.plan import RESERVED, Period, Plan, build_plan, decide
+from fcap.plan import RESERVED, Period, Plan, SidePlan, build_plan, decide
 from fcap.rules import Subject, rules_argv
-from fcap.wire import Reader
 
 CHECK_TIMEOUT_S = 0.004
 MAX_PLANS = 4_096
@@ -104,19 +111,20 @@ class FcapStore:
         self,
         client: Redis | RedisCluster,
         *,
+        pipelined: PipelinedConnection | None = None,
         check_timeout_s: float = CHECK_TIMEOUT_S,
         write_timeout_s: float = WRITE_TIMEOUT_S,
         max_plans: int = MAX_PLANS,
-        lean_reads: bool = True,
     ) -> None:
-        """``lean_reads=False`` sends read-only checks through ``execute_command`` like
-        any command (``fcap.wire``); only the benchmark's reference wants that."""
+        """``pipelined``: a connection to the same single server as ``client``, for
+        the checks (module docstring); without it every call goes through ``client``.
+        The store closes neither."""
         self.client = client
+        self.pipelined = pipelined
         self.check_timeout_s = check_timeout_s
         self.write_timeout_s = write_timeout_s
         self.max_plans = max(1, max_plans)
         self._plans: dict[tuple[tuple[Subject, ...], bool, bool], Plan] = {}
-        self._reader = Reader(client, lean=lean_reads)
         self._background: set[asyncio.Task[Any]] = set()
         self._waiter = Waiter()
         self._loading = asyncio.Lock()
@@ -154,11 +162,16 @@ class FcapStore:
         limit = min(deadline, asyncio.get_running_loop().time() + self.check_timeout_s)
         keyed = [user_key if side.kind == keys.USER else household_key for side in plan.sides]
         periods = [side.at(now_ms) for side in plan.sides]
-        calls = [
-            self._read(side.kind, key, period, now_ms)
-            for side, key, period in zip(plan.sides, keyed, periods, strict=True)
-        ]
-        answers = await self._run(calls, limit)
+        if self.pipelined is not None:
+            answers = await self._read_pipelined(
+                self.pipelined, plan.sides, keyed, periods, now_ms, limit
+            )
+        else:
+            calls = [
+                self._read(side.kind, key, period, now_ms)
+                for side, key, period in zip(plan.sides, keyed, periods, strict=True)
+            ]
+            answers = await self._run(calls, limit)
         return self._result(plan, keyed, periods, answers, now_ms)
 
     async def count(
@@ -244,7 +257,50 @@ class FcapStore:
         if period.requests:
             args: tuple[str | int, ...] = (now_ms, period.requests, *period.fields)
             return await scripts.CHECK(self.client, (hash_key,), args, self._loading)
-        return await self._reader.hmget(hash_key, period.fields, period.packed)
+        # A Cluster client routes the read to the key's node (to a replica of its slot
+        # when built with replica reads: ``fcap.connect``).
+        return await self.client.execute_command("HMGET", hash_key, *period.fields)
+
+    async def _read_pipelined(
+        self,
+        pipelined: PipelinedConnection,
+        sides: Sequence[SidePlan],
+        keyed: list[str | None],
+        periods: list[Period],
+        now_ms: int,
+        until: float,
+    ) -> list[Any]:
+        """``_read`` of every side through ``pipelined``: all sent in this loop
+        iteration (one write, one round trip), then awaited in order."""
+        commands = [
+            _command(side.kind, key, period, now_ms)
+            for side, key, period in zip(sides, keyed, periods, strict=True)
+        ]
+        sent = [pipelined.send(command, until) for command in commands]
+        try:
+            return [
+                await self._settle(pipelined, reply, command, until)
+                for reply, command in zip(sent, commands, strict=True)
+            ]
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise FcapUnavailable(f"frequency counters unavailable: {exc!r}") from exc
+        finally:
+            forget(sent)
+
+    async def _settle(
+        self,
+        pipelined: PipelinedConnection,
+        reply: asyncio.Future[Any],
+        command: bytes,
+        until: float,
+    ) -> Any:
+        """``reply``; on NOSCRIPT (only check.lua can answer that), the script is loaded
+        and ``command`` sent once more."""
+        try:
+            return await reply
+        except NoScriptError:
+            await scripts.CHECK.reload(pipelined, until, self._loading)
+            return await pipelined.send(command, until)
 
     def _result(
         self,
@@ -287,6 +343,18 @@ class FcapStore:
             return await self._waiter.gather(calls, limit)
         except (TimeoutError, RedisError, OSError) as exc:
             raise FcapUnavailable(f"frequency counters unavailable: {exc!r}") from exc
+
+
+def _command(kind: str, key: str | None, period: Period, now_ms: int) -> bytes:
+    """``FcapStore._read``'s command, encoded: EVALSHA check.lua, or HMGET with the
+    plan's pre-encoded field names after a header built here."""
+    hash_key = keys.counters(kind, key or "")
+    if period.requests:
+        return scripts.CHECK.evalsha((hash_key,), (now_ms, period.requests, *period.fields))
+    name = hash_key.encode()
+    return b"*%d\r\n$5\r\nHMGET\r\n$%d\r\n%s\r\n%s" % (
+        len(period.fields) + 2, len(name), name, period.packed
+    )  # fmt: skip
 
 
 def _combine(codes: list[int]) -> CountOutcome:

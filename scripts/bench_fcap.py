@@ -9,12 +9,12 @@ campaigns with a day cap each, so 10 live day counters per user.
    encoding: one hash per user, no dedup marks); the naive schema
    ``freq:{user}:{campaign}:{day}`` with INCR + EXPIRE, pipelined. Bytes per counter
    = the ``INFO memory`` used_memory delta / counters.
-2. speed: one asyncio client, one request in flight (a round trip each). Each round:
-   ``--ops`` 10-campaign checks (``FcapStore.check``) of random loaded users, then
-   ``--ops`` single GETs (``client.get``: redis-py's ordinary path), then the same
-   checks again through a store whose reads take that ordinary path too
-   (``lean_reads=False``: the ``plain_check_*`` reference, which shows how much of
-   ``check_ratio`` is the lean read of ``fcap.wire``). All through one client object.
+2. speed: one request in flight (a round trip each). Each round: ``--ops``
+   10-campaign checks (``FcapStore.check``) of random loaded users through the
+   auto-pipelined connection a worker on one server uses (``bidder.valkey_pipelined``),
+   then ``--ops`` single GETs (``client.get``: redis-py's ordinary path), then the
+   same checks again through a store without that connection (``execute_command``
+   and ``bidder.valkey_wait``, a Cluster's path: the ``plain_check_*`` reference).
    Medians over ``--rounds``; ``check_ratio`` = median check rate / median GET rate.
 
 The last line printed is one JSON object.
@@ -42,6 +42,7 @@ import uvloop
 from bidder.campaigns import Campaign, CapPolicy, Creative, FrequencyCap
 from bidder.cluster import ValkeyNode
 from bidder.stack import free_port
+from bidder.valkey import connect_pipelined
 from fcap.rules import Subject, subject_for
 from fcap.store import FcapStore, connect
 
@@ -103,9 +104,11 @@ def load_naive(url: str, users: list[str]) -> None:
 
 async def speed(url: str, users: list[str], rounds: int, ops: int) -> dict[str, Any]:
     client = connect(url, socket_timeout_s=5.0)
-    store = FcapStore(client, check_timeout_s=5.0)
-    # The reference: the same check with its read sent through execute_command.
-    plain = FcapStore(client, check_timeout_s=5.0, lean_reads=False)
+    pipelined = connect_pipelined(url, connect_timeout_s=5.0)
+    await pipelined.connect()
+    store = FcapStore(client, pipelined=pipelined, check_timeout_s=5.0)
+    # The reference: the same check with its read sent through redis-py.
+    plain = FcapStore(client, check_timeout_s=5.0)
     await store.start()
     await client.set("bench:get", "1")
     checking = _subjects("win")
@@ -129,6 +132,7 @@ async def speed(url: str, users: list[str], rounds: int, ops: int) -> dict[str, 
         result = await each.check(checking, users[0], None, NOW_MS, loop.time() + 5.0)
         if result.capped:
             raise SystemExit("bench: a loaded user is capped; the workload is wrong")
+    await pipelined.aclose()
     await client.aclose()
     return {
         "check_rate": round(statistics.median(rates["check"])),

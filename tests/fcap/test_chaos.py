@@ -1,7 +1,8 @@
 """Store-level chaos on a private Valkey: paused, resumed, killed, restarted.
 
 Each test starts its own server (``LocalStack``; the session's is never touched) and
-uses one client throughout: recovery must not need a new one.
+uses one client and one auto-pipelined connection throughout, as a worker on one
+server does: recovery must not need new ones.
 """
 
 from __future__ import annotations
@@ -20,14 +21,19 @@ import redis
 from bidder.campaigns import CapPolicy
 from bidder.cluster import ValkeyNode
 from bidder.stack import LocalStack
+from bidder.valkey import connect_pipelined
 from fcap.capper import FrequencyCapper
-from fcap.store import CountOutcome, FcapStore, FcapUnavailable, connect
+from fcap.rules import Subject
+from fcap.store import CheckResult, CountOutcome, FcapStore, FcapUnavailable, connect
 from tests.fcap.support import DAY_S, T0, cap, far_deadline, new_user, one_subject
 
 pytestmark = pytest.mark.asyncio
 OPEN = one_subject(cap("campaign", "fixed", DAY_S, 3), cid="open")
 CLOSED = one_subject(
     cap("campaign", "fixed", DAY_S, 3), cid="closed", policy=CapPolicy(on_store_error="closed")
+)
+STRICT = one_subject(
+    cap("campaign", "fixed", DAY_S, 3), cid="strict", policy=CapPolicy(count_on="bid")
 )
 CHECK_TIMEOUT_S = 0.2
 
@@ -42,9 +48,12 @@ def private(aws_endpoint: str) -> Iterator[LocalStack]:
 async def store(private: LocalStack) -> AsyncIterator[FcapStore]:
     # Socket timeouts far away: only the check's own timeout can end a paused call.
     client = connect(private.valkey_url, socket_timeout_s=60.0)
-    fcap_store = FcapStore(client, check_timeout_s=CHECK_TIMEOUT_S)
+    pipelined = connect_pipelined(private.valkey_url, connect_timeout_s=2.0)
+    await pipelined.connect()
+    fcap_store = FcapStore(client, pipelined=pipelined, check_timeout_s=CHECK_TIMEOUT_S)
     await fcap_store.start()
     yield fcap_store
+    await pipelined.aclose()
     await client.aclose()
 
 
@@ -81,17 +90,16 @@ async def test_a_resumed_server_answers_the_same_client(
     assert await _check(store)
 
 
-async def test_a_timed_out_check_gives_its_connection_back_once_answered(
+async def test_a_timed_out_check_keeps_its_connection(
     store: FcapStore, private: LocalStack
 ) -> None:
-    # Cancelled mid-command, redis-py would drop the connection and the next check
-    # would reconnect first (bidder.valkey_wait).
+    assert store.pipelined is not None
     with redis.Redis.from_url(private.valkey_url) as admin:
-        await _check(store)  # the store's connection exists before the stall
         before = admin.info("stats")["total_connections_received"]
+        dropped = store.pipelined.dropped
         await _check_while_paused(store, private)
-        await store.drain()  # the late check is answered
-        assert await _check(store)
+        assert await _check(store)  # answered after the late reply, on the same socket
+        assert store.pipelined.dropped == dropped + 1
         assert admin.info("stats")["total_connections_received"] == before
 
 
@@ -126,12 +134,33 @@ async def test_a_server_restarted_on_the_same_port_is_used_again(
     await asyncio.to_thread(again.start)
     try:
         user = new_user()
-        # A fresh server knows no script: NOSCRIPT, SCRIPT LOAD, EVALSHA again.
-        counted = await store.count("imp", OPEN, "win", user, None, T0, T0)
-        result = await store.check([OPEN], user, None, T0, far_deadline())
+        # A fresh server knows no script: NOSCRIPT, SCRIPT LOAD, EVALSHA again, on the
+        # auto-pipelined connection (check.lua) and on the redis-py client (count.lua).
+        result = await _check_when_reconnected(store, [OPEN, STRICT], user)
+        counted = await _count_past_a_stale_connection(store, user)
     finally:
         again.stop()
-    assert counted == CountOutcome.COUNTED and OPEN not in result.capped
+    assert OPEN not in result.capped and STRICT in result.reservations
+    assert counted == CountOutcome.COUNTED
+
+
+async def _check_when_reconnected(
+    store: FcapStore, subjects: list[Subject], user: str
+) -> CheckResult:
+    """The check once the auto-pipelined connection is back: a call made while it is
+    down fails at once and starts the reconnect in the background."""
+    assert store.pipelined is not None
+    await store.pipelined.connect()
+    return await store.check(subjects, user, None, T0, far_deadline())
+
+
+async def _count_past_a_stale_connection(store: FcapStore, user: str) -> CountOutcome:
+    """A count through the redis-py client, whose pooled connection to the killed
+    server may still be there: the first call on it fails and drops it."""
+    try:
+        return await store.count("imp", OPEN, "win", user, None, T0, T0)
+    except FcapUnavailable:
+        return await store.count("imp", OPEN, "win", user, None, T0, T0)
 
 
 def _wait_gone(pid: int) -> None:
