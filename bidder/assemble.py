@@ -111,7 +111,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         ProfileStage(profiles, miss_nobid=settings.profile_miss == "nobid"),
         PacingStage(pacer),
         FcapStage(capper, book, clock),
-        ScoreStage(pricer),
+        ScoreStage(pricer, book),
     ]
     if settings.dedup_window_ms > 0:
         stages.append(_dedup_stage(settings, valkey, clock))
