@@ -135,7 +135,9 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         book=book,
         stages=stages,
         clock=clock,
-        notice_urls=NoticeUrls(settings.notice_base_url, signer, generator.next_id, clock),
+        notice_urls=NoticeUrls(
+            settings.notice_base_url, signer, generator.next_id, clock, templates=book
+        ),
         next_bid_id=bid_id_source(),
         signer=signer,
         biller=biller,

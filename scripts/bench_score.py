@@ -54,6 +54,7 @@ from bidder.eligibility import CampaignIndex, Candidate, EligibilityPolicy, sele
 from bidder.identity import identify
 from bidder.openrtb import parse_bid_request
 from bidder.pipeline import Context
+from bidder.response import bid_templates
 from bidder.stages import ScoreStage
 from models import features
 from models.logs import impressions
@@ -74,6 +75,7 @@ class BannerBook:
     def __init__(self, campaigns: list[Campaign]) -> None:
         self.index = CampaignIndex(campaigns)
         self.feature_columns = features.creative_table(campaigns)
+        self.bid_templates = bid_templates(campaigns)
 
 
 def banner_context(book: BannerBook) -> Context:
