@@ -117,7 +117,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         ProfileStage(profiles, miss_nobid=settings.profile_miss == "nobid"),
         PacingStage(pacer),
         FcapStage(capper, book, clock),
-        ScoreStage(pricer),
+        ScoreStage(pricer, book),
     ]
     if settings.dedup_window_ms > 0:
         stages.append(_dedup_stage(settings, pipelined or valkey, supply, clock))
@@ -141,7 +141,9 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         book=book,
         stages=stages,
         clock=clock,
-        notice_urls=NoticeUrls(settings.notice_base_url, signer, generator.next_id, clock),
+        notice_urls=NoticeUrls(
+            settings.notice_base_url, signer, generator.next_id, clock, templates=book
+        ),
         next_bid_id=bid_id_source(),
         signer=signer,
         biller=biller,

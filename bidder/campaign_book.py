@@ -1,11 +1,16 @@
 """The worker's in-memory campaigns, refreshed from the store in the background.
 
-The bid path only reads ``book.index``, an immutable ``CampaignIndex``, and
-``book.cap_subjects`` (what each campaign + creative is frequency-capped by), both
-swapped together on refresh with no await between, so a request never sees half
-an update. The store is read
-with boto3 in a worker thread (boto3 never runs on the event loop). A failed
-refresh keeps the last good index; an unchanged store skips the rebuild.
+The bid path only reads ``book.index``, an immutable ``CampaignIndex``, and what is
+computed per campaign + creative when the campaigns are loaded: ``book.cap_subjects``
+(what it is frequency-capped by), ``book.feature_columns`` (its own feature columns,
+``models.features``) and ``book.bid_templates`` (its pre-rendered part of a bid,
+``bidder.response``). All are swapped together on refresh with no await between, so
+a stage never sees half an update. A request that awaits between stages may meet a
+newer book than its candidates came from: scoring and the response use a table entry
+only when its creative is the candidate's own object, and compute it from the
+candidate otherwise. The store is read with boto3 in a worker thread (boto3 never
+runs on the event loop). A failed refresh keeps the last good index; an unchanged
+store skips the rebuild.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from bidder import metrics
 from bidder.campaign_store import CampaignTable
 from bidder.campaigns import campaigns_from_docs
 from bidder.eligibility import CampaignIndex
+from bidder.response import BidTemplate, bid_templates
 from fcap import Subject, build_subjects
+from models.features import CreativeColumns, creative_table
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +38,8 @@ class CampaignBook:
         self._digest = ""
         self.index = CampaignIndex([])
         self.cap_subjects: dict[tuple[str, str], Subject] = {}
+        self.feature_columns: dict[tuple[str, str], CreativeColumns] = {}
+        self.bid_templates: dict[tuple[str, str], BidTemplate] = {}
 
     async def refresh(self) -> bool:
         """Reload from the store; True when the index changed. Raises on store errors."""
@@ -39,7 +48,10 @@ class CampaignBook:
         if digest == self._digest:
             return False
         campaigns = campaigns_from_docs(docs)
-        self.index, self.cap_subjects = CampaignIndex(campaigns), build_subjects(campaigns)
+        index, subjects = CampaignIndex(campaigns), build_subjects(campaigns)
+        columns, templates = creative_table(campaigns), bid_templates(campaigns)
+        self.index, self.cap_subjects = index, subjects
+        self.feature_columns, self.bid_templates = columns, templates
         self._digest = digest
         metrics.CAMPAIGNS_ACTIVE.set(len(self.index))  # the index holds the active ones
         return True

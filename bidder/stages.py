@@ -178,14 +178,19 @@ class FcapStage:
 
 
 class ScoreStage:
-    """Stage 8: all candidates scored in one batch, priced, shaded, floor-checked."""
+    """Stage 8: all candidates scored in one batch, priced, shaded, floor-checked.
 
-    def __init__(self, pricer: Pricer):
+    The creatives' own feature columns come from the book (computed at campaign load).
+    """
+
+    def __init__(self, pricer: Pricer, book: CampaignBook):
         self._pricer = pricer
+        self._book = book
 
     def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        columns = self._book.feature_columns
         try:
-            priced = self._pricer.price(ctx.request, ctx.ssp, ctx.profile, ctx.candidates)
+            priced = self._pricer.price(ctx.request, ctx.ssp, ctx.profile, ctx.candidates, columns)
         except ScoringError:
             return NoBid.SCORE_ERROR
         ctx.priced.extend(PricedCandidate(candidate, price) for candidate, price in priced)

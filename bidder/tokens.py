@@ -6,24 +6,33 @@ notice but the token and the clearing price. The token is::
     <kid> "." base64url(body || tag)                      (no padding)
     body = version(1) | bid_id(8) | max_price_cpm_micros(8) | issued_ms(8)
            | imp_id | campaign_id | advertiser | creative_id | user_key | household_key
-    tag  = HMAC-SHA256(key[kid], kid "." body), first 16 bytes
+    tag  = BLAKE2b(key = key[kid], digest_size = 16)(kid "." body)
 
 Integers are big-endian unsigned; each string is UTF-8 with a length prefix of one
 byte (< 128) or two (high bit set, 15 bits). An absent user or household key is the
 empty string. ``kid`` (1-16 of ``[A-Za-z0-9_-]``) names the signing key, so keys
 rotate: sign with the new key, keep verifying with the old one until every token it
-signed has passed the notice window, then drop it. The tag is bound to the kid.
+signed has passed the notice window, then drop it. The tag is bound to the kid. A key
+longer than BLAKE2b's 64-byte limit is first hashed to 64 bytes (as HMAC hashes a key
+longer than its block).
 
 Why binary and a 128-bit tag: the token is in every bid's two URLs on the hot path;
-JSON would double it. A truncated HMAC-SHA256 of 128 bits is the usual size
-(RFC 2104 section 5 allows truncation to half the output) and forging one is a
-2^128 guess per try. The version byte lets a later layout coexist with this one.
+JSON would double it. BLAKE2b's keyed mode is a MAC by design (RFC 7693), with the
+output length a parameter of the function rather than a truncation; forging a 128-bit
+tag is a 2^-128 guess per try. With its keyed state prepared once per key and copied
+per token, it costs about half an HMAC-SHA256 over the same body. The version byte names
+the layout and the MAC: a token of another version is refused as such, before its tag
+is checked.
+
+The bid path signs with strings it has packed ahead (``pack_texts``: a creative's ids
+when the campaigns are loaded, the user's keys once per request) through
+``sign_packed``; ``sign`` packs ``NoticeClaims`` and signs them the same way.
 """
 
 from __future__ import annotations
 
-import base64
 import binascii
+import hashlib
 import hmac
 import re
 import secrets
@@ -31,13 +40,16 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-VERSION = 1
+VERSION = 2
 TAG_BYTES = 16
 MAX_TOKEN_CHARS = 2048
 MIN_KEY_BYTES = 32
 _KID = re.compile(r"[A-Za-z0-9_-]{1,16}")
 _HEAD = struct.Struct(">BQQQ")
-_U64 = (1 << 64) - 1
+_TEXTS = 6
+_SHORT_PREFIX = [bytes((size,)) for size in range(0x80)]
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
 class TokenError(ValueError):
@@ -82,18 +94,33 @@ class TokenSigner:
                 raise ValueError(f"key {kid!r} must be at least {MIN_KEY_BYTES} bytes")
         if active_kid not in keys:
             raise ValueError(f"the active key id {active_kid!r} is not among the keys")
-        # Each key's HMAC state is keyed and fed the "<kid>." prefix once; a copy per
-        # token skips the key schedule (measured: 1.1 us vs 1.6 us for hmac.digest).
-        self._macs = {k: hmac.new(key, k.encode() + b".", "sha256") for k, key in keys.items()}
-        self._active = active_kid
+        # Each key's MAC state is keyed and fed the "<kid>." prefix once; a copy per
+        # token skips the key block.
+        self._macs = {k: _keyed_mac(key, k) for k, key in keys.items()}
         self._active_mac = self._macs[active_kid]
+        self._active_prefix = active_kid.encode() + b"."
 
     def sign(self, claims: NoticeClaims) -> str:
-        body = _pack(claims)
+        c = claims
+        texts = pack_texts(
+            c.imp_id, c.campaign_id, c.advertiser, c.creative_id,
+            c.user_key or "", c.household_key or "",
+        )  # fmt: skip
+        return self.sign_packed(c.bid_id, c.max_price_cpm_micros, c.issued_ms, texts).decode()
+
+    def sign_packed(
+        self, bid_id: int, max_price_cpm_micros: int, issued_ms: int, texts: bytes
+    ) -> bytes:
+        """The token, as ASCII bytes, of claims whose six strings ``texts`` packs in
+        layout order (``pack_texts``). Raises ValueError for an integer out of range."""
+        try:
+            body = _HEAD.pack(VERSION, bid_id, max_price_cpm_micros, issued_ms) + texts
+        except struct.error:
+            raise ValueError("token integers must be unsigned 64-bit") from None
         mac = self._active_mac.copy()
         mac.update(body)
-        tag = mac.digest()[:TAG_BYTES]
-        return self._active + "." + base64.urlsafe_b64encode(body + tag).rstrip(b"=").decode()
+        blob = binascii.b2a_base64(body + mac.digest(), newline=False).translate(_URLSAFE)
+        return self._active_prefix + blob.rstrip(b"=")
 
     def verify(self, token: str) -> NoticeClaims:
         """The claims of a token we signed; TokenError otherwise."""
@@ -106,49 +133,57 @@ class TokenSigner:
         raw = _b64decode(blob)
         if len(raw) < _HEAD.size + TAG_BYTES:
             raise TokenError("token too short")
+        if raw[0] != VERSION:
+            raise TokenError(f"token version {raw[0]} is not supported (this bidder: {VERSION})")
         body, tag = raw[:-TAG_BYTES], raw[-TAG_BYTES:]
         mac = base.copy()
         mac.update(body)
-        if not hmac.compare_digest(tag, mac.digest()[:TAG_BYTES]):
+        if not hmac.compare_digest(tag, mac.digest()):
             raise TokenError("bad signature")
         return _unpack(body)
+
+
+def _keyed_mac(key: bytes, kid: str) -> hashlib.blake2b:
+    if len(key) > hashlib.blake2b.MAX_KEY_SIZE:
+        key = hashlib.blake2b(key).digest()
+    mac = hashlib.blake2b(key=key, digest_size=TAG_BYTES)
+    mac.update(kid.encode() + b".")
+    return mac
+
+
+def pack_texts(*texts: str) -> bytes:
+    """Token strings in the body's encoding: UTF-8, each after its length prefix.
+
+    Raises ValueError for a string over 32 KiB (or not encodable as UTF-8).
+    """
+    parts: list[bytes] = []
+    for text in texts:
+        data = text.encode()
+        size = len(data)
+        if size < 0x80:
+            parts += (_SHORT_PREFIX[size], data)
+        elif size < 0x8000:
+            parts += ((size | 0x8000).to_bytes(2, "big"), data)
+        else:
+            raise ValueError("a token string field is over 32 KiB")
+    return b"".join(parts)
 
 
 def _b64decode(blob: str) -> bytes:
     try:
         padded = blob.encode("ascii") + b"=" * (-len(blob) % 4)
-        return base64.b64decode(padded, altchars=b"-_", validate=True)
+        return binascii.a2b_base64(padded.translate(_FROM_URLSAFE), strict_mode=True)
     except (UnicodeEncodeError, binascii.Error):
         raise TokenError("token is not base64url") from None
 
 
-def _pack(c: NoticeClaims) -> bytes:
-    if not (0 <= c.bid_id <= _U64 and 0 <= c.max_price_cpm_micros <= _U64 and c.issued_ms >= 0):
-        raise ValueError("token integers must be unsigned 64-bit")
-    parts = [_HEAD.pack(VERSION, c.bid_id, c.max_price_cpm_micros, c.issued_ms)]
-    texts = (c.imp_id, c.campaign_id, c.advertiser, c.creative_id)
-    for text in (*texts, c.user_key or "", c.household_key or ""):
-        data = text.encode()
-        size = len(data)
-        if size < 0x80:
-            parts.append(bytes((size,)))
-        elif size < 0x8000:
-            parts.append((size | 0x8000).to_bytes(2, "big"))
-        else:
-            raise ValueError("a token string field is over 32 KiB")
-        parts.append(data)
-    return b"".join(parts)
-
-
 def _unpack(body: bytes) -> NoticeClaims:
     # Only bodies with a valid tag get here, so a failure is our own bug or a key leak.
-    version, bid_id, max_price, issued_ms = _HEAD.unpack_from(body)
-    if version != VERSION:
-        raise TokenError(f"token version {version} is not supported")
+    _, bid_id, max_price, issued_ms = _HEAD.unpack_from(body)
     texts: list[str] = []
     pos = _HEAD.size
     try:
-        for _ in range(6):
+        for _ in range(_TEXTS):
             size = body[pos]
             if size & 0x80:
                 size, pos = ((size & 0x7F) << 8) | body[pos + 1], pos + 2

@@ -13,6 +13,13 @@ changes what a column means (a vocabulary, a unit, the order) must change one of
 and then the model must be retrained (``bidsim train``).
 
 The hour of day comes from the injected clock's wall time (UTC), not the request.
+
+Rows are packed: ``pack_rows`` writes them as row-major float64 bytes, the layout
+LightGBM's C API reads (``models.scorer``), and ``build_rows`` is the same bytes as an
+array for training. A creative's own columns (media, size, category, bucket) do not
+depend on the request: ``creative_table`` computes them once per campaign refresh and
+serving passes the table in; without it (training, a candidate from before a refresh)
+they are computed on the spot by the same ``creative_columns``.
 """
 
 from __future__ import annotations
@@ -20,12 +27,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Sequence
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import NamedTuple
 
 import numpy as np
 import orjson
 
+from bidder.campaigns import Campaign, Creative
 from bidder.eligibility import Candidate
 from bidder.openrtb import BidRequest
 from bidder.profiles import Profile
@@ -99,25 +109,78 @@ _MEDIA_CODE = {name: i + 1 for i, name in enumerate(MEDIA)}
 _NAN = math.nan
 
 
+ROW_BYTES = WIDTH * 8
+"""Bytes of one packed row (float64 columns)."""
+_CANDIDATE_START = NAMES.index("media")
+_HEAD = struct.Struct(f"{_CANDIDATE_START}d")  # the request and profile columns
+_TAIL = struct.Struct(f"{WIDTH - _CANDIDATE_START}d")  # the candidate's columns
+
+
+class CreativeColumns(NamedTuple):
+    """A creative's columns that no request changes (codes as in ``FEATURES``)."""
+
+    creative: Creative
+    """The creative these were computed from: a candidate uses them only if it is the same."""
+    media: int
+    width: int
+    height: int
+    category: int
+    bucket: int
+
+
+CreativeTable = Mapping[tuple[str, str], CreativeColumns]
+"""(campaign id, creative id) -> that creative's own columns."""
+NO_TABLE: CreativeTable = MappingProxyType({})
+
+
+def creative_columns(campaign: Campaign, creative: Creative) -> CreativeColumns:
+    category = ad_category(creative.cat[0]) if creative.cat else 0
+    return CreativeColumns(
+        creative,
+        _MEDIA_CODE.get(creative.format, 0),
+        creative.w or 0,
+        creative.h or 0,
+        category,
+        creative_bucket(campaign.id, creative.id),
+    )
+
+
+def creative_table(campaigns: Iterable[Campaign]) -> dict[tuple[str, str], CreativeColumns]:
+    """Every creative's own columns, computed when the campaigns are loaded."""
+    return {(c.id, cr.id): creative_columns(c, cr) for c in campaigns for cr in c.creatives}
+
+
+def pack_rows(
+    request: BidRequest,
+    ssp: str,
+    profile: Profile | None,
+    candidates: Sequence[Candidate],
+    now_ms: int,
+    table: CreativeTable = NO_TABLE,
+) -> bytes:
+    """One row per candidate, packed: len(candidates) x ROW_BYTES, float64, row-major.
+
+    ``table`` holds the creatives' own columns (``creative_table``); a candidate whose
+    creative is not in it is computed on the spot, with the same result.
+    """
+    head = _HEAD.pack(*request_columns(request, ssp, now_ms), *profile_columns(profile, now_ms))
+    segments = profile.segments if profile is not None else frozenset()
+    rows: list[bytes] = []
+    for candidate in candidates:
+        rows += (head, candidate_columns(candidate, segments, table))
+    return b"".join(rows)
+
+
 def build_rows(
     request: BidRequest,
     ssp: str,
     profile: Profile | None,
     candidates: Sequence[Candidate],
     now_ms: int,
-    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """One row per candidate, shape (len(candidates), WIDTH), float64, C order.
-
-    ``out``, when given, is filled and returned (a preallocated buffer of at least as
-    many rows; the result is a view of its first rows).
-    """
-    rows = out[: len(candidates)] if out is not None else np.empty((len(candidates), WIDTH))
-    head = request_columns(request, ssp, now_ms) + profile_columns(profile, now_ms)
-    segments = profile.segments if profile is not None else frozenset()
-    for i, candidate in enumerate(candidates):
-        rows[i] = head + candidate_columns(candidate, segments)
-    return rows
+    """``pack_rows`` as a read-only (len(candidates), WIDTH) float64 array, for training."""
+    packed = pack_rows(request, ssp, profile, candidates, now_ms)
+    return np.frombuffer(packed, dtype=np.float64).reshape(len(candidates), WIDTH)
 
 
 def request_columns(request: BidRequest, ssp: str, now_ms: int) -> list[float]:
@@ -140,19 +203,24 @@ def profile_columns(profile: Profile | None, now_ms: int) -> list[float]:
     return [1, len(profile.segments), hours, profile.clicks_30d]
 
 
-def candidate_columns(candidate: Candidate, segments: frozenset[int]) -> list[float]:
+def candidate_columns(
+    candidate: Candidate, segments: frozenset[int], table: CreativeTable = NO_TABLE
+) -> bytes:
+    """The candidate's part of its row, packed."""
     creative, imp = candidate.creative, candidate.imp
-    category = ad_category(creative.cat[0]) if creative.cat else 0
-    return [
-        _MEDIA_CODE.get(creative.format, 0),
-        creative.w or 0,
-        creative.h or 0,
+    own = table.get((candidate.campaign.id, creative.id))
+    if own is None or own.creative is not creative:  # not in the table, or from another refresh
+        own = creative_columns(candidate.campaign, creative)
+    return _TAIL.pack(
+        own.media,
+        own.width,
+        own.height,
         1 if imp.instl else 0,
         imp.bidfloor_micros / 1_000_000,
-        category,
-        1 if category in segments else 0,
-        creative_bucket(candidate.campaign.id, creative.id),
-    ]
+        own.category,
+        1 if own.category in segments else 0,
+        own.bucket,
+    )
 
 
 @functools.lru_cache(maxsize=4096)

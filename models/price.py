@@ -69,15 +69,27 @@ def shade(value_micros: int, lowest: int, ceiling: int, alpha: float, beta: floa
         return ceiling
     value = value_micros / _MICROS
     lo, hi = math.log(lowest / _MICROS), math.log(ceiling / _MICROS)
-    if _h(lo, value, alpha, beta)[0] <= 0:
+    if _h(lo, value, alpha, beta) <= 0:
         return lowest
-    if _h(hi, value, alpha, beta)[0] >= 0:
+    if _h(hi, value, alpha, beta) >= 0:
         return ceiling
+    exp = math.exp
     u = (lo + hi) / 2
     for _ in range(_MAX_STEPS):
-        h, slope = _h(u, value, alpha, beta)
+        # h(u) as in _h, and its slope dh/du; written out here because this loop runs
+        # for every first-price bid and the calls cost more than the arithmetic.
+        b = exp(u)
+        z = alpha + beta * u
+        if z >= 0:
+            s = 1.0 / (1.0 + exp(-z))
+        else:
+            e = exp(z)
+            s = e / (1.0 + e)
+        gap, rest = value - b, 1 - s
+        h = beta * gap * rest - b
         if abs(h) < _TOLERANCE:
             break
+        slope = -beta * b * rest - beta * beta * gap * s * rest - b
         if h > 0:
             lo = u
         else:
@@ -86,16 +98,13 @@ def shade(value_micros: int, lowest: int, ceiling: int, alpha: float, beta: floa
         u = step if lo < step < hi else (lo + hi) / 2  # Newton, or bisect when it leaves
         if hi - lo < _TOLERANCE:
             break
-    return min(max(int(math.exp(u) * _MICROS), lowest), ceiling)
+    return min(max(int(exp(u) * _MICROS), lowest), ceiling)
 
 
-def _h(u: float, value: float, alpha: float, beta: float) -> tuple[float, float]:
-    """h(u) and dh/du (see the module doc)."""
+def _h(u: float, value: float, alpha: float, beta: float) -> float:
+    """h(u) (see the module doc)."""
     b = math.exp(u)
-    s = _sigmoid(alpha + beta * u)
-    h = beta * (value - b) * (1 - s) - b
-    slope = -beta * b * (1 - s) - beta * beta * (value - b) * s * (1 - s) - b
-    return h, slope
+    return beta * (value - b) * (1 - _sigmoid(alpha + beta * u)) - b
 
 
 def expected_surplus(value_micros: int, bid_micros: int, alpha: float, beta: float) -> float:

@@ -12,10 +12,13 @@ Predict path. ``Booster.predict`` spends most of a small call in Python (a predi
 object, parameter strings, shape checks: about 20 us for one row). ``Scorer.predict``
 calls LightGBM's C API directly with the parameter string (``num_threads=1``) and the
 output buffer prepared once; outputs are bit-identical to ``Booster.predict`` (a test
-checks). One row (88% of the scoring calls over the sample stream) goes through
-``LGBM_BoosterPredictForMatSingleRowFast`` with a ``FastConfig`` made at load time:
-``LGBM_BoosterPredictForMat`` builds a predictor per call (10 us against 4 us for one
-row, idle machine). A batch goes through ``LGBM_BoosterPredictForMat``.
+checks). Its input is the packed rows of ``models.features.pack_rows``: a bytes object
+goes to C as a pointer to its own buffer, where getting a numpy array's pointer
+(``ndarray.ctypes``) costs about 2 us, nearly the 2.3 us of the C call for one row of
+the 100-tree model. One row (88% of the scoring calls over the sample stream) goes
+through ``LGBM_BoosterPredictForMatSingleRowFast`` with a ``FastConfig`` made at load
+time: ``LGBM_BoosterPredictForMat`` builds a predictor per call (10 us against 4 us for
+one row, idle machine). A batch goes through ``LGBM_BoosterPredictForMat``.
 
 The calls keep the GIL (``ctypes.PyDLL``; LightGBM's own ``CDLL`` releases it). A call
 takes microseconds, and releasing the GIL on the event loop's thread hands it to
@@ -91,6 +94,7 @@ class Scorer:
         self._out = np.empty(MAX_BATCH, dtype=np.float64)
         self._out_ptr = self._out.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
         self._n_out = ctypes.c_int64(0)
+        self._n_out_ref = ctypes.byref(self._n_out)
         self._fast = ctypes.c_void_p()
         _safe_call(
             _LIB.LGBM_BoosterPredictForMatSingleRowFastInit(
@@ -126,15 +130,13 @@ class Scorer:
             raise ArtifactError(f"{model_path}: its features are not models.features.NAMES")
         return cls(booster, meta, read_win_rate(directory / WIN_RATE_FILE))
 
-    def predict(self, rows: np.ndarray) -> list[float]:
-        """P(click) per row of a float64 (n, WIDTH) array, in one C call."""
-        n = rows.shape[0]
+    def predict(self, packed: bytes) -> list[float]:
+        """P(click) per row of ``features.pack_rows`` output, in one C call."""
+        n, extra = divmod(len(packed), features.ROW_BYTES)
+        if extra or type(packed) is not bytes:
+            raise ScoringError(f"cannot score {len(packed)} {type(packed).__name__} as packed rows")
         if n == 0:
             return []
-        if rows.ndim != 2 or rows.shape[1] != features.WIDTH or rows.dtype != np.float64:
-            raise ScoringError(f"cannot score a {rows.shape} {rows.dtype} batch")
-        if not rows.flags.c_contiguous:
-            rows = np.ascontiguousarray(rows)
         out, out_ptr = self._out, self._out_ptr
         if n > len(out):  # rare: more candidates than the preallocated buffer holds
             out = np.empty(n, dtype=np.float64)
@@ -143,25 +145,22 @@ class Scorer:
             if n == 1:
                 _safe_call(
                     _LIB_KEEPING_GIL.LGBM_BoosterPredictForMatSingleRowFast(
-                        self._fast,
-                        rows.ctypes.data_as(ctypes.c_void_p),
-                        ctypes.byref(self._n_out),
-                        out_ptr,
+                        self._fast, packed, self._n_out_ref, out_ptr
                     )
                 )
             else:
-                self._predict_batch(rows, n, out_ptr)
+                self._predict_batch(packed, n, out_ptr)
         except lightgbm.basic.LightGBMError as exc:
             raise ScoringError(f"LightGBM predict failed: {exc}") from exc
         if self._n_out.value != n:
             raise ScoringError(f"LightGBM returned {self._n_out.value} scores for {n} rows")
         return out[:n].tolist()
 
-    def _predict_batch(self, rows: np.ndarray, n: int, out_ptr: Any) -> None:
+    def _predict_batch(self, packed: bytes, n: int, out_ptr: Any) -> None:
         _safe_call(
             _LIB_KEEPING_GIL.LGBM_BoosterPredictForMat(
                 self.booster._handle,
-                rows.ctypes.data_as(ctypes.c_void_p),
+                packed,
                 ctypes.c_int(_C_API_DTYPE_FLOAT64),
                 ctypes.c_int32(n),
                 ctypes.c_int32(features.WIDTH),
@@ -170,7 +169,7 @@ class Scorer:
                 ctypes.c_int(0),  # start iteration
                 ctypes.c_int(-1),  # all iterations
                 ctypes.c_char_p(self._params),
-                ctypes.byref(self._n_out),
+                self._n_out_ref,
                 out_ptr,
             )
         )

@@ -6,6 +6,9 @@ P(click), capped by the max bid, floor respected, shaded in first-price auctions
 Campaigns without a click value keep the base bid (``bidder.pricing.base_price``) and
 cost the model nothing. A candidate whose price would be under the floor is dropped.
 
+The creatives' own feature columns come from a table computed when the campaigns were
+loaded (``models.features.creative_table``); the request's columns are computed once.
+
 Any fault while building features, predicting or pricing is raised as
 ``ScoringError``, which the stage turns into a SCORE_ERROR no-bid (a 204, never a 5xx).
 The model is read from the ``ModelHandle`` once per request, so a reload in between
@@ -16,8 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from bidder.clock import Clock
 from bidder.eligibility import Candidate
 from bidder.openrtb import BidRequest
@@ -25,7 +26,7 @@ from bidder.pricing import base_price
 from bidder.profiles import Profile
 from models import features
 from models.price import bid_price, impression_value
-from models.scorer import MAX_BATCH, ModelHandle, ScoringError
+from models.scorer import ModelHandle, ScoringError
 
 
 class Pricer:
@@ -34,7 +35,6 @@ class Pricer:
         self.model = model
         self._clock = clock
         self._shading = shading
-        self._rows = np.empty((MAX_BATCH, features.WIDTH), dtype=np.float64)
 
     def price(
         self,
@@ -42,13 +42,15 @@ class Pricer:
         ssp: str,
         profile: Profile | None,
         candidates: Sequence[Candidate],
+        table: features.CreativeTable = features.NO_TABLE,
     ) -> list[tuple[Candidate, int]]:
         """(candidate, CPM price in micros) for each candidate worth a bid, in order.
 
+        ``table``: the creatives' own feature columns (``features.creative_table``).
         Raises ScoringError when the model or the pricing fails.
         """
         scored = [c for c in candidates if c.campaign.click_value_micros is not None]
-        scored_prices = iter(self._scored_prices(request, ssp, profile, scored) if scored else ())
+        scored_prices = iter(self._scored_prices(request, ssp, profile, scored, table))
         out = []
         for candidate in candidates:
             if candidate.campaign.click_value_micros is None:
@@ -65,19 +67,22 @@ class Pricer:
         ssp: str,
         profile: Profile | None,
         scored: list[Candidate],
+        table: features.CreativeTable,
     ) -> list[int | None]:
+        if not scored:
+            return []
         scorer = self.model.current
         win_rate = scorer.win_rate if self._shading else None
+        at = request.at
         try:
-            buffer = self._rows if len(scored) <= MAX_BATCH else None
-            rows = features.build_rows(request, ssp, profile, scored, self._clock.wall_ms(), buffer)
+            rows = features.pack_rows(request, ssp, profile, scored, self._clock.wall_ms(), table)
             p_clicks = scorer.predict(rows)
             return [
                 bid_price(
                     impression_value(c.campaign.click_value_micros or 0, p),
                     c.imp.bidfloor_micros,
                     c.campaign.max_bid_cpm_micros,
-                    request.at,
+                    at,
                     win_rate,
                 )
                 for c, p in zip(scored, p_clicks, strict=True)

@@ -2,7 +2,18 @@
 
     .venv/bin/python scripts/bench_score.py [--rounds 5000] [--artifact DIR]
 
-Figures (medians over ``--rounds`` interleaved rounds, one process):
+Stage 8 on the banner workload (the OpenRTB 2.6 spec's simple banner against the
+bundled campaigns: its eligible candidates, no profile), CPU and wall time per request,
+each the median of ``STAGE_ROUNDS`` blocks of ``--rounds`` / 5 requests interleaved
+with the baseline:
+
+``stage8_cpu_us``, ``stage8_wall_us``  ``ScoreStage`` as the worker runs it: feature
+                     rows, one predict, value, cap, floor and shading per candidate
+``stage8_baseline_cpu_us``  one row through ``Booster.predict(row, num_threads=1)``
+``stage8_ratio``     stage8_cpu_us / stage8_baseline_cpu_us
+
+Figures on 10 candidates of one generated request (medians over ``--rounds``
+interleaved rounds, one process):
 
 ``single_us``        one row through ``Booster.predict(row, num_threads=1)``: the yardstick
 ``one_row_us``       the same row through the serving call (``Scorer.predict``)
@@ -17,7 +28,8 @@ Figures (medians over ``--rounds`` interleaved rounds, one process):
 ``batch_ratio``      batch_us / single_us (goal <= 1.5)
 ``booster_batch_ratio`` the same 10 rows through ``Booster.predict`` / single_us, for context
 ``per_request_us``   ``Pricer.price`` for 10 candidates of a first-price request: feature
-                     rows + one predict + value, cap, floor and shading for each
+                     rows (creatives' columns from the load-time table) + one predict +
+                     value, cap, floor and shading for each
 ``max_abs_diff``     serving vs ``Booster.predict`` scores of the 10 rows (must be 0)
 """
 
@@ -30,20 +42,89 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import orjson
 
-from bidder.campaigns import load_campaign_file
-from bidder.clock import ManualClock
-from bidder.eligibility import Candidate
+from bidder.campaign_book import CampaignBook
+from bidder.campaigns import Campaign, load_campaign_file
+from bidder.clock import ManualClock, SystemClock
+from bidder.eligibility import CampaignIndex, Candidate, EligibilityPolicy, select
+from bidder.identity import identify
+from bidder.openrtb import parse_bid_request
+from bidder.pipeline import Context
+from bidder.response import bid_templates
+from bidder.stages import ScoreStage
 from models import features
 from models.logs import impressions
 from models.scorer import DEFAULT_DIR, ModelHandle
 from models.serving import Pricer
 
 REPO = Path(__file__).resolve().parents[1]
+BANNER = REPO.parent / "shared/external/openrtb/requests/001_iab26_spec-6.2.1-simple-banner.json"
+BANNER_SSP = "ssp-alpha"
 CANDIDATES = 10
+STAGE_ROUNDS = 7
+
+
+class BannerBook:
+    """What the stages read of a campaign book, built from the bundled campaigns as
+    ``CampaignBook.refresh`` builds it, without a store."""
+
+    def __init__(self, campaigns: list[Campaign]) -> None:
+        self.index = CampaignIndex(campaigns)
+        self.feature_columns = features.creative_table(campaigns)
+        self.bid_templates = bid_templates(campaigns)
+
+
+def banner_context(book: BannerBook) -> Context:
+    """The banner request after stages 1-7: its eligible candidates and user keys."""
+    request = parse_bid_request(BANNER.read_bytes())
+    candidates = select(request, book.index, EligibilityPolicy())
+    if not isinstance(candidates, list):
+        raise SystemExit(f"the banner request gets no candidates ({candidates})")
+    ctx = Context(request=request, ssp=BANNER_SSP, received=0.0, candidates=candidates)
+    ctx.user_key, ctx.household_key = identify(request, BANNER_SSP)
+    return ctx
+
+
+def blocks(fn: Callable[[], object], count: int) -> tuple[float, float]:
+    """(CPU us, wall us) per call, over ``count`` calls in a row."""
+    cpu, wall = time.process_time_ns(), time.perf_counter_ns()
+    for _ in range(count):
+        fn()
+    cpu, wall = time.process_time_ns() - cpu, time.perf_counter_ns() - wall
+    return cpu / count / 1000, wall / count / 1000
+
+
+def _stage8(handle: ModelHandle, rounds: int) -> dict[str, float]:
+    book = BannerBook(load_campaign_file(REPO / "fixtures" / "openrtb" / "campaigns.json"))
+    ctx = banner_context(book)
+    stage = ScoreStage(Pricer(handle, SystemClock()), cast(CampaignBook, book))
+    one = features.build_rows(ctx.request, ctx.ssp, None, ctx.candidates[:1], 0)
+    booster = handle.current.booster
+
+    def score() -> None:
+        ctx.priced.clear()
+        stage(ctx, 0.0)
+
+    stage_cpu, stage_wall, base_cpu = [], [], []
+    n = max(rounds // 5, 1)
+    for _ in range(STAGE_ROUNDS):
+        base_cpu.append(blocks(lambda: booster.predict(one, num_threads=1), n)[0])
+        cpu, wall = blocks(score, n)
+        stage_cpu.append(cpu)
+        stage_wall.append(wall)
+    cpu_us, base_us = statistics.median(stage_cpu), statistics.median(base_cpu)
+    return {
+        "stage8_candidates": len(ctx.candidates),
+        "stage8_priced": len(ctx.priced),
+        "stage8_cpu_us": round(cpu_us, 2),
+        "stage8_wall_us": round(statistics.median(stage_wall), 2),
+        "stage8_baseline_cpu_us": round(base_us, 2),
+        "stage8_ratio": round(cpu_us / base_us, 3),
+    }
 
 
 def _median_us(fn: Callable[[], object], rounds: int) -> float:
@@ -100,11 +181,13 @@ def main() -> int:
     request = first.request._replace(at=1)  # first price: shading is the costly pricing path
     pairs = [(c, cr) for c in campaigns for cr in c.creatives if c.click_value_micros]
     candidates = [Candidate(first.candidate.imp, c, cr) for c, cr in pairs[:CANDIDATES]]
+    table = features.creative_table(campaigns)
     handle = ModelHandle.load(args.artifact)
     scorer, booster = handle.current, handle.current.booster
     pricer = Pricer(handle, ManualClock(start_wall_ms=first.ts))
-    rows = features.build_rows(request, first.ssp, first.profile, candidates, first.ts).copy()
-    one = rows[:1].copy()
+    rows = features.build_rows(request, first.ssp, first.profile, candidates, first.ts)
+    one = rows[:1]
+    packed, packed_one = rows.tobytes(), one.tobytes()
 
     gc.collect()
     single, one_row, batch, booster_batch, per_request = [], [], [], [], []
@@ -112,20 +195,22 @@ def main() -> int:
     for _ in range(5):  # interleaved blocks: drift hits every figure alike
         n = max(args.rounds // 5, 1)
         single.append(_median_us(lambda: booster.predict(one, num_threads=1), n))
-        one_row.append(_median_us(lambda: scorer.predict(one), n))
+        one_row.append(_median_us(lambda: scorer.predict(packed_one), n))
         with _Contender():
             contended_single.append(_mean_us(lambda: booster.predict(one, num_threads=1), n))
-            contended_one_row.append(_mean_us(lambda: scorer.predict(one), n))
-        batch.append(_median_us(lambda: scorer.predict(rows), n))
+            contended_one_row.append(_mean_us(lambda: scorer.predict(packed_one), n))
+        batch.append(_median_us(lambda: scorer.predict(packed), n))
         booster_batch.append(_median_us(lambda: booster.predict(rows, num_threads=1), n))
         per_request.append(
-            _median_us(lambda: pricer.price(request, first.ssp, first.profile, candidates), n)
+            _median_us(
+                lambda: pricer.price(request, first.ssp, first.profile, candidates, table), n
+            )
         )
     single_us, batch_us = statistics.median(single), statistics.median(batch)
     one_row_us = statistics.median(one_row)
     contended = statistics.median(contended_single), statistics.median(contended_one_row)
-    diff = np.max(np.abs(np.asarray(scorer.predict(rows)) - booster.predict(rows)))
-    priced = pricer.price(request, first.ssp, first.profile, candidates)
+    diff = np.max(np.abs(np.asarray(scorer.predict(packed)) - booster.predict(rows)))
+    priced = pricer.price(request, first.ssp, first.profile, candidates, table)
     result = {
         "trees": booster.num_trees(),
         "candidates": len(candidates),
@@ -142,6 +227,7 @@ def main() -> int:
         "booster_batch_ratio": round(statistics.median(booster_batch) / single_us, 3),
         "per_request_us": round(statistics.median(per_request), 2),
         "max_abs_diff": float(diff),
+        **_stage8(handle, args.rounds),
     }
     print(f"scored {len(candidates)} candidates with a {booster.num_trees()}-tree model")
     print(orjson.dumps(result).decode())

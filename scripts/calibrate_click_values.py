@@ -50,7 +50,7 @@ def main() -> int:
         found = select(request, index, EligibilityPolicy())
         if not isinstance(found, list):
             continue
-        rows = features.build_rows(request, record.ssp, None, found, clock.wall_ms(), None)
+        rows = features.pack_rows(request, record.ssp, None, found, clock.wall_ms())
         for candidate, p_click in zip(found, scorer.predict(rows), strict=True):
             p_clicks[candidate.campaign.id].append(p_click)
     proposal: dict[str, int | None] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -10,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bidder.campaigns import load_campaign_file
+from bidder.campaigns import Creative, load_campaign_file
 from bidder.clock import ManualClock
 from bidder.eligibility import Candidate
 from bidder.notices import parse_notice
 from bidder.openrtb import BidRequest, Imp, parse_bid_request
 from bidder.pipeline import Context, PricedCandidate
-from bidder.response import NoticeUrls, build_response
+from bidder.response import BidTemplate, NoticeUrls, bid_template, bid_templates, build_response
 from bidder.tokens import TokenSigner
 from ids import IdsUnavailable, Snowflake, bid_id_source, decode
 from tests.bidder.conftest import CAMPAIGNS as CAMPAIGNS_PATH
@@ -49,13 +50,21 @@ def _option(imp: Imp, ids: tuple[str, str] = BANNER, price: int = 1_000_000) -> 
     return PricedCandidate(Candidate(imp, campaign, creative), price)
 
 
+def _body(
+    request: BidRequest,
+    *priced: PricedCandidate,
+    urls: NoticeUrls = URLS,
+    seat: str = "bidsim-seat",
+) -> bytes:
+    ctx = Context(request=request, ssp="ssp-1", received=0.0, priced=list(priced))
+    ctx.user_key, ctx.household_key = "b:user-1", "h:4:192.0.2.1"
+    return build_response(ctx, seat, urls, bid_id_source())
+
+
 def _response(
     request: BidRequest, *priced: PricedCandidate, urls: NoticeUrls = URLS
 ) -> dict[str, Any]:
-    ctx = Context(request=request, ssp="ssp-1", received=0.0, priced=list(priced))
-    ctx.user_key, ctx.household_key = "b:user-1", "h:4:192.0.2.1"
-    body = build_response(ctx, "bidsim-seat", urls, bid_id_source())
-    response: dict[str, Any] = orjson.loads(body)
+    response: dict[str, Any] = orjson.loads(_body(request, *priced, urls=urls))
     return response
 
 
@@ -127,6 +136,97 @@ def test_bid_ids_are_unique_within_the_response() -> None:
     request = _request(*(str(n) for n in range(10)))
     bid_ids = [bid["id"] for bid in _bids(request, *(_option(imp) for imp in request.imps))]
     assert len(set(bid_ids)) == 10
+
+
+# ------------------------------------------------------------------------ the JSON
+
+MTYPES = {"banner": 1, "video": 2, "audio": 3, "native": 4}
+ALL_CREATIVES = [(c.id, cr.id) for c in CAMPAIGNS.values() for cr in c.creatives]
+
+
+def _as_dict(creative: Creative, ids: tuple[str, str], bid: dict[str, Any]) -> dict[str, Any]:
+    """The bid as a dict with OpenRTB's fields for ``creative`` (ids, notice URLs: ``bid``'s)."""
+    expected = {
+        "id": bid["id"],
+        "impid": bid["impid"],
+        "price": bid["price"],
+        "cid": ids[0],
+        "crid": ids[1],
+        "adomain": list(creative.adomain),
+        "mtype": MTYPES[creative.format],
+        "nurl": bid["nurl"],
+        "burl": bid["burl"],
+    }
+    if creative.cat:
+        expected["cat"] = list(creative.cat)
+    if creative.attr:
+        expected["attr"] = sorted(creative.attr)
+    if creative.w and creative.h:
+        expected["w"], expected["h"] = creative.w, creative.h
+    if creative.serve == "adm":
+        expected["adm"] = creative.markup
+    return expected
+
+
+@given(
+    request_id=st.text(min_size=1, max_size=40),
+    imp_id=st.text(min_size=1, max_size=40),
+    seat=st.text(max_size=20),
+    micros=st.integers(1, 10**12),
+    ids=st.sampled_from(ALL_CREATIVES),
+)
+def test_the_response_is_exactly_the_json_of_its_dict(
+    request_id: str, imp_id: str, seat: str, micros: int, ids: tuple[str, str]
+) -> None:
+    """Ids from the request are attacker-controlled text: they are escaped as orjson
+    escapes any string, and the whole answer is byte for byte the dict's JSON."""
+    request = _request(imp_id, request_id=request_id)
+    option = _option(request.imps[0], ids, micros)
+    body = _body(request, option, seat=seat)
+    [bid] = orjson.loads(body)["seatbid"][0]["bid"]
+    assert (bid["impid"], bid["price"]) == (imp_id, micros / 1_000_000)
+    expected = {
+        "id": request_id,
+        "cur": "USD",
+        "seatbid": [{"seat": seat, "bid": [_as_dict(option.candidate.creative, ids, bid)]}],
+    }
+    assert body == orjson.dumps(expected)
+
+
+def test_a_base_url_is_escaped_in_the_notice_urls() -> None:
+    base = 'https://bidder.example/a"b\\c'
+    urls = NoticeUrls(base, SIGNER, IDS.next_id, CLOCK)
+    request = _request()
+    [bid] = _response(request, _option(request.imps[0]), urls=urls)["seatbid"][0]["bid"]
+    assert bid["nurl"].startswith(f"{base}/notice/win?t=k1.")
+
+
+class _Templates:
+    def __init__(self, table: dict[tuple[str, str], BidTemplate]) -> None:
+        self.bid_templates = table
+
+
+def test_bids_come_from_the_load_time_templates() -> None:
+    table = bid_templates(CAMPAIGNS.values())
+    creative = table[BANNER].creative
+    table[BANNER] = table[BANNER]._replace(tail=b',"adm":"from the table"}')
+    urls = NoticeUrls(BASE, SIGNER, IDS.next_id, CLOCK, templates=_Templates(table))
+    request = _request()
+    option = PricedCandidate(Candidate(request.imps[0], CAMPAIGNS[BANNER[0]], creative), 1)
+    [bid] = _response(request, option, urls=urls)["seatbid"][0]["bid"]
+    assert bid["adm"] == "from the table"
+
+
+def test_a_creative_changed_since_the_templates_is_rendered_from_itself() -> None:
+    campaign = CAMPAIGNS[BANNER[0]]
+    old = next(c for c in campaign.creatives if c.id == BANNER[1])
+    table = {BANNER: bid_template(campaign, old)}
+    urls = NoticeUrls(BASE, SIGNER, IDS.next_id, CLOCK, templates=_Templates(table))
+    request = _request()
+    new = dataclasses.replace(old, markup="<p>new</p>")
+    option = PricedCandidate(Candidate(request.imps[0], campaign, new), 1)
+    [bid] = _response(request, option, urls=urls)["seatbid"][0]["bid"]
+    assert bid["adm"] == "<p>new</p>"
 
 
 # ------------------------------------------------------------------------ bid fields

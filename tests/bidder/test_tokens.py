@@ -5,12 +5,20 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import hashlib
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bidder.tokens import NoticeClaims, TokenError, TokenSigner, generate_key
+from bidder.tokens import (
+    VERSION,
+    NoticeClaims,
+    TokenError,
+    TokenSigner,
+    generate_key,
+    pack_texts,
+)
 
 KEY_1, KEY_2 = b"1" * 32, b"2" * 32
 CLAIMS = NoticeClaims(
@@ -53,6 +61,49 @@ def _token(kid: str, raw: bytes) -> str:
 @given(claims=claims)
 def test_a_signed_token_verifies_to_its_claims(claims: NoticeClaims) -> None:
     assert SIGNER.verify(SIGNER.sign(claims)) == claims
+
+
+@given(claims=claims)
+def test_signing_prepacked_strings_gives_the_same_token(claims: NoticeClaims) -> None:
+    c = claims
+    head = pack_texts(c.imp_id)
+    creative = pack_texts(c.campaign_id, c.advertiser, c.creative_id)
+    user = pack_texts(c.user_key or "", c.household_key or "")
+    token = SIGNER.sign_packed(
+        c.bid_id, c.max_price_cpm_micros, c.issued_ms, head + creative + user
+    )
+    assert token.decode() == SIGNER.sign(claims)
+
+
+def test_the_tag_is_keyed_blake2b_128_of_kid_and_body() -> None:
+    raw = _blob(SIGNER.sign(CLAIMS))
+    body, tag = bytes(raw[:-16]), bytes(raw[-16:])
+    assert body[0] == VERSION == 2
+    assert tag == hashlib.blake2b(b"k1." + body, key=KEY_1, digest_size=16).digest()
+
+
+def test_a_token_of_another_version_is_refused_as_such() -> None:
+    raw = _blob(SIGNER.sign(CLAIMS))
+    body = b"\x01" + bytes(raw[1:-16])
+    tag = hashlib.blake2b(b"k1." + body, key=KEY_1, digest_size=16).digest()
+    with pytest.raises(TokenError, match="version 1 is not supported"):
+        SIGNER.verify(_token("k1", body + tag))
+
+
+def test_keys_longer_than_blake2b_takes_still_sign_apart() -> None:
+    long_1, long_2 = b"L" * 100, b"L" * 99 + b"M"  # equal in their first 64 bytes
+    signer_1, signer_2 = TokenSigner({"k1": long_1}, "k1"), TokenSigner({"k1": long_2}, "k1")
+    token = signer_1.sign(CLAIMS)
+    assert signer_1.verify(token) == CLAIMS
+    with pytest.raises(TokenError, match="bad signature"):
+        signer_2.verify(token)
+
+
+@pytest.mark.parametrize("field", ["bid_id", "max_price_cpm_micros", "issued_ms"])
+@pytest.mark.parametrize("value", [-1, 1 << 64])
+def test_integers_outside_unsigned_64_bits_are_not_signed(field: str, value: int) -> None:
+    with pytest.raises(ValueError, match="unsigned 64-bit"):
+        SIGNER.sign(dataclasses.replace(CLAIMS, **{field: value}))
 
 
 def test_token_is_url_safe_and_compact() -> None:

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
-from hypothesis import given
+import orjson
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bidder.campaigns import Campaign
+from bidder.eligibility import CampaignIndex, Candidate, EligibilityPolicy, select
+from bidder.openrtb import parse_bid_request
 from bidder.profiles import Profile
 from models import features
 from models.logs import Impression
+from models.train import dataset
 from tests.models.conftest import World
 
 HOUR_MS = 3_600_000
@@ -27,12 +33,74 @@ def test_rows_have_one_float64_row_per_candidate(world: World) -> None:
     assert rows.dtype == np.float64 and rows.flags.c_contiguous
 
 
-def test_rows_fill_a_preallocated_buffer_in_place(world: World) -> None:
+def test_packed_rows_are_the_rows_as_float64_bytes(world: World) -> None:
     imp = world.impressions[0]
-    buffer = np.zeros((8, features.WIDTH))
-    rows = features.build_rows(imp.request, imp.ssp, imp.profile, [imp.candidate], imp.ts, buffer)
-    assert np.shares_memory(rows, buffer)
-    assert np.array_equal(buffer[0], rows[0])
+    args = (imp.request, imp.ssp, imp.profile, [imp.candidate] * 2, imp.ts)
+    packed = features.pack_rows(*args)
+    assert len(packed) == 2 * features.ROW_BYTES
+    assert packed == features.build_rows(*args).tobytes()
+
+
+def test_a_known_candidate_gives_the_known_row(campaigns: list[Campaign]) -> None:
+    request = parse_bid_request(
+        orjson.dumps(
+            {
+                "id": "r",
+                "imp": [{"id": "1", "bidfloor": 0.5, "instl": 1, "banner": {"w": 300, "h": 250}}],
+                "site": {"domain": "x.example"},
+                "device": {"devicetype": 4, "geo": {"country": "GBR"}},
+            }
+        )
+    )
+    campaign = next(c for c in campaigns if c.id == "brightleaf-remnant-mrec")
+    creative = next(c for c in campaign.creatives if c.id == "bl-mrec-quote")  # IAB13-7
+    now_ms = 1_767_225_600_000 + 13 * HOUR_MS + 5
+    profile = Profile(frozenset({13, 2}), now_ms - 2 * HOUR_MS, 3)
+    candidate = Candidate(request.imps[0], campaign, creative)
+    row = features.build_rows(request, "ssp-beta", profile, [candidate], now_ms)[0]
+    # The committed model was trained on exactly these codes and units.
+    request_part, profile_part = [2, 1, 4, 2, 13, 1], [1, 2, 2.0, 3]
+    candidate_part = [1, 300, 250, 1, 0.5, 13, 1, 72]
+    assert row.tolist() == [*request_part, *profile_part, *candidate_part]
+
+
+profiles = st.none() | st.builds(
+    Profile,
+    segments=st.frozensets(st.integers(0, 30), max_size=6),
+    last_click_ms=st.none() | st.integers(1_700_000_000_000, 1_800_000_000_000),
+    clicks_30d=st.integers(0, 500),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), profile=profiles, now_ms=st.integers(0, 2**42))
+def test_serving_rows_equal_the_training_rows(
+    world: World, data: st.DataObject, profile: Profile | None, now_ms: int
+) -> None:
+    """What the model sees when serving (creatives' columns from the load-time table) is
+    what ``bidsim train`` built its rows from, to the bit."""
+    impression = data.draw(st.sampled_from(world.impressions))
+    request = impression.request
+    found = select(request, CampaignIndex(world.campaigns), EligibilityPolicy())
+    assert isinstance(found, list)
+    candidates = data.draw(st.lists(st.sampled_from(found), min_size=1, max_size=5))
+    ssp = data.draw(st.sampled_from((*features.SSPS, "ssp-new", "")))
+    table = features.creative_table(world.campaigns)
+    served = features.pack_rows(request, ssp, profile, candidates, now_ms, table)
+    shown = [dataclasses.replace(impression, ts=now_ms, ssp=ssp, candidate=c, profile=profile)
+             for c in candidates]  # fmt: skip
+    assert served == dataset(shown).x.tobytes()
+
+
+def test_a_creative_changed_by_a_refresh_is_not_read_from_the_old_table(world: World) -> None:
+    imp = next(i for i in world.impressions if i.candidate.creative.w)
+    table = features.creative_table(world.campaigns)
+    c = imp.candidate
+    resized = dataclasses.replace(c.creative, w=(c.creative.w or 0) + 1)
+    moved = Candidate(c.imp, c.campaign, resized)
+    served = features.pack_rows(imp.request, imp.ssp, None, [moved], imp.ts, table)
+    assert served == features.build_rows(imp.request, imp.ssp, None, [moved], imp.ts).tobytes()
+    assert _columns(np.frombuffer(served))["creative_w"] == resized.w
 
 
 def test_hour_comes_from_the_given_wall_time(world: World) -> None:

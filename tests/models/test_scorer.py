@@ -22,43 +22,37 @@ from models.train import TrainConfig, fit, write_artifact
 from tests.models.conftest import World
 
 
-def _serving_rows(world: World, n: int) -> np.ndarray:
-    return np.vstack(
-        [
-            features.build_rows(i.request, i.ssp, i.profile, [i.candidate], i.ts)
-            for i in world.impressions[:n]
-        ]
-    )
+def _serving_rows(world: World, n: int) -> list[bytes]:
+    """Each impression's row as the pricer packs it."""
+    return [
+        features.pack_rows(i.request, i.ssp, i.profile, [i.candidate], i.ts)
+        for i in world.impressions[:n]
+    ]
 
 
 def test_serving_scores_equal_training_time_predict(world: World, scorer: Scorer) -> None:
     at_training = world.booster.predict(world.data.x[:500])
-    served = [scorer.predict(row[None, :])[0] for row in _serving_rows(world, 500)]
-    assert np.max(np.abs(np.asarray(served) - at_training)) <= 1e-9
+    served = [scorer.predict(row)[0] for row in _serving_rows(world, 500)]
+    assert served == at_training.tolist()
 
 
 def test_one_batch_scores_equal_single_row_scores(world: World, scorer: Scorer) -> None:
     rows = _serving_rows(world, 10)
-    batch = scorer.predict(rows)
-    assert batch == [scorer.predict(row[None, :])[0] for row in rows]
+    batch = scorer.predict(b"".join(rows))
+    assert batch == [scorer.predict(row)[0] for row in rows]
 
 
 def test_a_batch_larger_than_the_buffer_is_scored(world: World, scorer: Scorer) -> None:
-    rows = np.repeat(_serving_rows(world, 1), 300, axis=0)
-    assert len(set(scorer.predict(rows))) == 1
+    rows = _serving_rows(world, 1) * 300
+    assert len(set(scorer.predict(b"".join(rows)))) == 1
 
 
-def test_a_row_that_is_not_contiguous_scores_as_a_contiguous_one(
-    world: World, scorer: Scorer
-) -> None:
-    rows = _serving_rows(world, 3)
-    column_major = np.asfortranarray(rows)[1:2]
-    assert not column_major.flags.c_contiguous
-    assert scorer.predict(column_major) == scorer.predict(rows[1:2].copy())
+def test_no_rows_get_no_scores(scorer: Scorer) -> None:
+    assert scorer.predict(b"") == []
 
 
 def test_scorers_dropped_after_reloads_free_their_model_cleanly(world: World) -> None:
-    row = _serving_rows(world, 1)
+    [row] = _serving_rows(world, 1)
     expected = Scorer.load(world.artifact).predict(row)
     for _ in range(20):  # what a reloading worker does: a new Scorer, the old one dropped
         assert Scorer.load(world.artifact).predict(row) == expected
@@ -67,9 +61,14 @@ def test_scorers_dropped_after_reloads_free_their_model_cleanly(world: World) ->
     assert survivor.predict(row) == expected
 
 
-def test_a_batch_of_the_wrong_width_is_a_scoring_error(scorer: Scorer) -> None:
+def test_bytes_that_are_not_whole_rows_are_a_scoring_error(scorer: Scorer) -> None:
     with pytest.raises(ScoringError):
-        scorer.predict(np.zeros((2, features.WIDTH + 1)))
+        scorer.predict(bytes(2 * features.ROW_BYTES + 8))
+
+
+def test_rows_that_are_not_packed_are_a_scoring_error(scorer: Scorer) -> None:
+    with pytest.raises(ScoringError):
+        scorer.predict(np.zeros((1, features.WIDTH)))  # type: ignore[arg-type]
 
 
 def _copy(world: World, tmp_path: Path) -> Path:
@@ -160,6 +159,14 @@ def test_pricer_prices_each_scored_candidate_from_its_score(world: World) -> Non
     assert priced == ([(c, expected)] if expected is not None else [])
 
 
+def test_pricer_prices_the_same_with_the_load_time_table(world: World) -> None:
+    table = features.creative_table(world.campaigns)
+    pricer = _pricer(world, world.impressions[0].ts)
+    for imp in world.impressions[:200]:
+        args = (imp.request, imp.ssp, imp.profile, [imp.candidate])
+        assert pricer.price(*args, table) == pricer.price(*args)
+
+
 def test_campaigns_without_a_click_value_keep_the_base_bid(world: World) -> None:
     imp = world.impressions[0]
     c = imp.candidate
@@ -186,7 +193,7 @@ def test_pricer_keeps_the_candidates_order(world: World) -> None:
 
 
 class _BrokenScorer(Scorer):
-    def predict(self, rows: np.ndarray) -> list[float]:
+    def predict(self, packed: bytes) -> list[float]:
         raise ScoringError("model exploded")
 
 
