@@ -44,6 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
+import msgspec
 import numpy as np
 import orjson
 
@@ -178,7 +179,8 @@ def main() -> int:
 
     campaigns = load_campaign_file(REPO / "fixtures" / "openrtb" / "campaigns.json")
     first = next(impressions(1, 1, campaigns))
-    request = first.request._replace(at=1)  # first price: shading is the costly pricing path
+    # First price: shading is the costly pricing path.
+    request = msgspec.structs.replace(first.request, at=1)
     pairs = [(c, cr) for c in campaigns for cr in c.creatives if c.click_value_micros]
     candidates = [Candidate(first.candidate.imp, c, cr) for c, cr in pairs[:CANDIDATES]]
     table = features.creative_table(campaigns)

@@ -22,8 +22,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from bidder.openrtb import auction_source
 from bidder.supply_path import DEFAULT_POLICY, PathKey, PathPolicy, auction_id
 
@@ -142,7 +140,4 @@ class DuplicateTally:
 def _source(body: bytes) -> tuple[str | None, dict[str, Any] | None]:
     if b'"tid"' not in body:  # most bodies without one skip the decode
         return None, None
-    try:
-        return auction_source(orjson.loads(body))
-    except orjson.JSONDecodeError:
-        return None, None
+    return auction_source(body)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from typing import Any
 
 import pytest
@@ -40,6 +41,7 @@ SCHAIN_A = {"ver": "1.0", "complete": 1, "nodes": [{"asi": "a.example", "sid": "
 SCHAIN_B = {"ver": "1.0", "complete": 0, "nodes": [{"asi": "b.example", "sid": "2", "hp": 1}]}
 EIDS_A = [{"source": "a.example", "uids": [{"id": "ua", "atype": 1}]}]
 EIDS_B = [{"source": "b.example", "uids": [{"id": "ub", "atype": 3}]}]
+JUNK_REGS_EXT = {"gdpr": "yes", "us_privacy": 5, "gpp": []}
 
 # field: (where 2.6 puts it, where 2.5 put it under ext, a value, another value,
 #         the parsed attribute, what each value parses to)
@@ -159,6 +161,9 @@ def test_null_format_is_the_same_as_no_format() -> None:
 
 # ------------------------------------------------------------------ invalid requests
 
+_VALID_BODY = b'{"id": "r1", "imp": [{"id": "1", "banner": {"w": 300, "h": 250}}]'
+_DEEP = b"[" * 2000 + b"]" * 2000
+
 INVALID_BODIES = {
     "array, not an object": b"[]",
     "number, not an object": b"1",
@@ -166,11 +171,18 @@ INVALID_BODIES = {
     "not JSON": b"{not json",
     "empty body": b"",
     "not UTF-8": b'{"id": "\xff"}',
+    "not UTF-8 in a field bidsim skips": _VALID_BODY + b', "x": "\xff"}',
+    "a lone surrogate in a field bidsim skips": _VALID_BODY + b', "x": "\\ud800"}',
+    "nested too deep in a field bidsim skips": _VALID_BODY + b', "x": ' + _DEEP + b"}",
+    "content after the object": _VALID_BODY + b"} {}",
+    "a byte order mark": b"\xef\xbb\xbf" + _VALID_BODY + b"}",
+    "a duplicate key, one of its values of the wrong type": _VALID_BODY + b', "at": "1", "at": 1}',
+    "a number beyond a double in a field bidsim reads": _VALID_BODY + b', "tmax": 1e400}',
 }
 
 
 @pytest.mark.parametrize("body", INVALID_BODIES.values(), ids=list(INVALID_BODIES))
-def test_body_that_is_no_json_object_is_invalid(body: bytes) -> None:
+def test_body_that_is_no_json_request_object_is_invalid(body: bytes) -> None:
     with pytest.raises(InvalidRequest):
         parse_bid_request(body)
 
@@ -179,53 +191,170 @@ def _too_many_imps() -> dict[str, Any]:
     return _doc(*(_imp(id=str(n)) for n in range(MAX_IMPS + 1)))
 
 
-INVALID_DOCS: dict[str, dict[str, Any]] = {
-    "site and app": _doc(site={"domain": "a.example"}, app={"bundle": "com.a"}),
-    "no imp": {"id": "r1"},
-    "empty imp array": _doc() | {"imp": []},
-    "too many imps": _too_many_imps(),
-    "duplicate imp ids": _doc(_imp(), _imp()),
-    "imp not an object": _doc() | {"imp": ["1"]},
-    "imp without a format": _doc({"id": "1"}),
-    "empty format array": _doc(_imp(banner={"w": 300, "h": 250, "format": []})),
-    "negative bidfloor": _doc(_imp(bidfloor=-0.01)),
-    "tmax zero": _doc(tmax=0),
-    "tmax negative": _doc(tmax=-5),
-    "gdpr 2": _doc(regs={"gdpr": 2}),
-    "gdpr string": _doc(regs={"gdpr": "1"}),
-    "gdpr float": _doc(regs={"gdpr": 1.0}),
-    "gdpr bool": _doc(regs={"ext": {"gdpr": True}}),
-    "missing request id": _doc() | {"id": None},
-    "empty request id": _doc() | {"id": ""},
-    "request id a number": _doc() | {"id": 7},
-    "imp id a number": _doc(_imp(id=1)),
-    "site a string": _doc(site="a.example"),
-    "device.geo an array": _doc(device={"geo": ["USA"]}),
-    "country a number": _doc(device={"geo": {"country": 840}}),
-    "user.eids an object": _doc(user={"eids": {"source": "a.example"}}),
-    "bcat with a number": _doc(bcat=["IAB1", 2]),
-    "badv a string": _doc(badv="a.example"),
-    "cur a string": _doc(cur="USD"),
-    "banner.w a string": _doc(_imp(banner={"w": "300", "h": 250})),
-    "battr with a string": _doc(_imp(banner={"w": 300, "h": 250, "battr": ["1"]})),
-    "bidfloor a string": _doc(_imp(bidfloor="0.5")),
-    "bidfloor out of range": _doc(_imp(bidfloor=1e12)),
-    "deal without an id": _doc(_imp(pmp={"deals": [{"bidfloor": 1.0}]})),
-    "native request a number": _doc({"id": "1", "native": {"request": 5}}),
-    "tmax a bool": _doc(tmax=True),
-    "banner.w a bool": _doc(_imp(banner={"w": True, "h": 250})),
-    "devicetype a bool": _doc(device={"devicetype": False}),
-    "test a bool": _doc(test=True),
-    "instl a bool": _doc(_imp(instl=True)),
-    "battr with a bool": _doc(_imp(banner={"w": 300, "h": 250, "battr": [True]})),
-    "tmax a float": _doc(tmax=100.5),
+def _banner_imp(**banner: Any) -> dict[str, Any]:
+    return _imp(banner={"w": 300, "h": 250, **banner})
+
+
+def _native_imp(request: Any) -> dict[str, Any]:
+    return {"id": "1", "native": {"request": request}}
+
+
+# What each malformed request must be refused for: the field its message names.
+INVALID_DOCS: dict[str, tuple[dict[str, Any], str]] = {
+    "site and app": (_doc(site={"domain": "a.example"}, app={"bundle": "com.a"}), "site and app"),
+    "no imp": ({"id": "r1"}, "imp"),
+    "empty imp array": (_doc() | {"imp": []}, "imp"),
+    "too many imps": (_too_many_imps(), "imp"),
+    "duplicate imp ids": (_doc(_imp(), _imp()), "imp[].id"),
+    "imp not an object": (_doc() | {"imp": ["1"]}, "imp[0]"),
+    "imp null": (_doc() | {"imp": [None]}, "imp[0]"),
+    "imp without a format": (_doc({"id": "1"}), "imp[0]"),
+    "empty format array": (_doc(_banner_imp(format=[])), "imp[0].banner.format"),
+    "format with a null entry": (_doc(_banner_imp(format=[None])), "imp[0].banner.format[0]"),
+    "negative bidfloor": (_doc(_imp(bidfloor=-0.01)), "imp[0].bidfloor"),
+    "tmax zero": (_doc(tmax=0), "tmax"),
+    "tmax negative": (_doc(tmax=-5), "tmax"),
+    "gdpr 2": (_doc(regs={"gdpr": 2}), "regs.gdpr"),
+    "gdpr string": (_doc(regs={"gdpr": "1"}), "regs.gdpr"),
+    "gdpr float": (_doc(regs={"gdpr": 1.0}), "regs.gdpr"),
+    "gdpr bool": (_doc(regs={"ext": {"gdpr": True}}), "regs.ext.gdpr"),
+    "missing request id": (_doc() | {"id": None}, "id"),
+    "empty request id": (_doc() | {"id": ""}, "id"),
+    "request id a number": (_doc() | {"id": 7}, "id"),
+    "imp id a number": (_doc(_imp(id=1)), "imp[0].id"),
+    "site a string": (_doc(site="a.example"), "site"),
+    "device.geo an array": (_doc(device={"geo": ["USA"]}), "device.geo"),
+    "country a number": (_doc(device={"geo": {"country": 840}}), "device.geo.country"),
+    "user.eids an object": (_doc(user={"eids": {"source": "a.example"}}), "user.eids"),
+    "user.eids with a string": (_doc(user={"eids": ["a.example"]}), "user.eids[0]"),
+    "bcat with a number": (_doc(bcat=["IAB1", 2]), "bcat[1]"),
+    "bcat with a null": (_doc(bcat=["IAB1", None]), "bcat[1]"),
+    "badv a string": (_doc(badv="a.example"), "badv"),
+    "cur a string": (_doc(cur="USD"), "cur"),
+    "banner.w a string": (_doc(_imp(banner={"w": "300", "h": 250})), "imp[0].banner.w"),
+    "banner.w a whole float": (_doc(_imp(banner={"w": 300.0, "h": 250})), "imp[0].banner.w"),
+    "battr with a string": (_doc(_banner_imp(battr=["1"])), "imp[0].banner.battr[0]"),
+    "battr with a whole float": (_doc(_banner_imp(battr=[1.0])), "imp[0].banner.battr[0]"),
+    "bidfloor a string": (_doc(_imp(bidfloor="0.5")), "imp[0].bidfloor"),
+    "bidfloor out of range": (_doc(_imp(bidfloor=1e12)), "imp[0].bidfloor"),
+    "deal without an id": (_doc(_imp(pmp={"deals": [{"bidfloor": 1.0}]})), "imp[0].pmp.deals"),
+    "deal null": (_doc(_imp(pmp={"deals": [None]})), "imp[0].pmp.deals[0]"),
+    "native request a number": (
+        _doc({"id": "1", "native": {"request": 5}}),
+        "imp[0].native.request",
+    ),
+    "native request null": (
+        _doc({"id": "1", "native": {"request": None}}),
+        "imp[0].native.request",
+    ),
+    "tmax a bool": (_doc(tmax=True), "tmax"),
+    "banner.w a bool": (_doc(_imp(banner={"w": True, "h": 250})), "imp[0].banner.w"),
+    "devicetype a bool": (_doc(device={"devicetype": False}), "device.devicetype"),
+    "test a bool": (_doc(test=True), "test"),
+    "instl a bool": (_doc(_imp(instl=True)), "imp[0].instl"),
+    "battr with a bool": (_doc(_banner_imp(battr=[True])), "imp[0].banner.battr[0]"),
+    "tmax a float": (_doc(tmax=100.5), "tmax"),
+    "tmax beyond 64 bits": (_doc(tmax=2**64), "tmax"),
+    "at beyond 64 bits": (_doc(at=2**63), "at"),
+    "test below 64 bits": (_doc(test=-(2**63) - 1), "test"),
+    "banner.h beyond 64 bits": (_doc(_imp(banner={"w": 300, "h": 2**63})), "imp[0].banner.h"),
+    "regs.ext a string": (_doc(regs={"gdpr": 1, "ext": "x"}), "regs.ext"),
+    "user.ext a string": (_doc(user={"consent": "c", "ext": "x"}), "user.ext"),
+    "source.ext a string without a schain": (_doc(source={"ext": "x"}), "source.ext"),
+    "source.ext.schain an array": (_doc(source={"ext": {"schain": []}}), "source.ext.schain"),
+    "regs.ext.us_privacy a number": (_doc(regs={"ext": {"us_privacy": 1}}), "regs.ext.us_privacy"),
+    "user.ext.consent a number": (_doc(user={"ext": {"consent": 1}}), "user.ext.consent"),
+    "user.ext.eids an object": (_doc(user={"ext": {"eids": {}}}), "user.ext.eids"),
+    # A field bidsim reads is checked wherever it appears, even where another makes it moot.
+    "device.ipv6 a number beside an ip": (
+        _doc(device={"ip": "192.0.2.1", "ipv6": 6}),
+        "device.ipv6",
+    ),
+    "user.geo an array beside device.geo": (
+        _doc(device={"geo": {"country": "USA"}}, user={"geo": []}),
+        "user.geo",
+    ),
+    "site.page a number beside site.domain": (
+        _doc(site={"domain": "a.example", "page": 1}),
+        "site.page",
+    ),
+    "battr of a sizeless banner beside a video": (
+        _doc({"id": "1", "banner": {"battr": "1"}, "video": {"mimes": ["video/mp4"]}}),
+        "imp[0].banner.battr",
+    ),
 }
 
 
-@pytest.mark.parametrize("doc", INVALID_DOCS.values(), ids=list(INVALID_DOCS))
-def test_malformed_request_is_invalid(doc: dict[str, Any]) -> None:
-    with pytest.raises(InvalidRequest):
+@pytest.mark.parametrize(
+    ("doc", "field"), INVALID_DOCS.values(), ids=list(INVALID_DOCS)
+)  # fmt: skip
+def test_malformed_request_is_invalid_naming_the_field(doc: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidRequest, match=f"^{re.escape(field)}"):
         _parse(doc)
+
+
+def test_the_body_the_invalid_bodies_extend_is_valid() -> None:
+    assert parse_bid_request(_VALID_BODY + b"}").id == "r1"
+
+
+def test_a_duplicate_key_takes_its_last_value() -> None:
+    assert parse_bid_request(_VALID_BODY + b', "tmax": 50, "tmax": 120}').tmax_ms == 120
+
+
+@pytest.mark.parametrize("number", [b"1e400", b"-1e400", b"9" * 400])
+def test_a_number_beyond_a_double_in_a_field_bidsim_skips_is_ignored(number: bytes) -> None:
+    body = _VALID_BODY + b', "x": ' + number + b', "ext": {"y": [' + number + b"]}}"
+    assert parse_bid_request(body).id == "r1"
+
+
+def test_integers_at_the_64_bit_limits_are_accepted() -> None:
+    request = _parse(_doc(at=2**63 - 1, test=-(2**63)))
+    assert (request.at, request.test) == (2**63 - 1, True)
+
+
+def test_a_utf_8_body_beyond_ascii_is_accepted() -> None:
+    body = json.dumps(_doc(site={"domain": "Ñews.example"}), ensure_ascii=False).encode()
+    assert parse_bid_request(body).domain == "ñews.example"
+
+
+@pytest.mark.parametrize(
+    ("section", "channel"), [("site", "site"), ("app", "app"), ("dooh", "dooh"), ("device", "none")]
+)
+def test_an_empty_object_is_present_but_says_nothing(section: str, channel: str) -> None:
+    request = _parse(_doc(**{section: {}}, user={}, regs={}, source={}))
+    assert (request.channel, request.domain, request.country, request.gdpr, request.schain) == (
+        channel,
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+# An extension is exchange-specific: bidsim reads a value from it only for an empty 2.6
+# field, and only then may its type make the request invalid.
+UNREAD_EXTENSIONS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "regs.ext": (
+        {"regs": {"gdpr": 1, "us_privacy": "1YNN", "gpp": "G", "ext": JUNK_REGS_EXT}},
+        {"gdpr": True, "us_privacy": "1YNN", "gpp": "G"},
+    ),
+    "user.ext": (
+        {"user": {"consent": "C", "eids": EIDS_A, "ext": {"consent": 5, "eids": "x"}}},
+        {"consent": "C", "eids": tuple(EIDS_A)},
+    ),
+    "source.ext": ({"source": {"schain": SCHAIN_A, "ext": "test-ext"}}, {"schain": SCHAIN_A}),
+    "the request's ext": ({"ext": {"source": {"tid": 5}}}, {"tid": None}),
+}
+
+
+@pytest.mark.parametrize(
+    ("fields", "read"), UNREAD_EXTENSIONS.values(), ids=list(UNREAD_EXTENSIONS)
+)  # fmt: skip
+def test_an_extension_value_bidsim_does_not_need_is_not_checked(
+    fields: dict[str, Any], read: dict[str, Any]
+) -> None:
+    request = _parse(_doc(**fields))
+    assert {name: getattr(request, name) for name in read} == read
 
 
 def test_max_imps_is_accepted() -> None:
