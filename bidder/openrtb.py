@@ -10,6 +10,7 @@ non-empty id, 1 to ``MAX_IMPS`` imps with unique ids, a medium per imp, a size f
 lone banner, site or app but not both) and builds the view. Every refusal is an
 ``InvalidRequest`` whose message starts with the field's path (``imp[0].banner.w:
 expected `int | null`, got `str```); the handler turns it into the ``invalid`` no-bid.
+``docs/openrtb.md`` states these rules for the people who send requests.
 
 2.5 carried several objects under ``ext`` that 2.6 promoted (schain, gdpr, consent,
 us_privacy, eids, gpp); both places are read and the 2.6 one wins when it is non-empty,
