@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bidder.openrtb import MAX_IMPS, BidRequest, Imp, InvalidRequest, parse_bid_request
+from tests.bidder.json_strategies import json_values as any_json
 from tests.bidder.openrtb_checks import with_replaced
 
 
@@ -422,17 +423,7 @@ def test_country_is_none_when_no_geo_says() -> None:
 
 # ------------------------------------------------------------------------ properties
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=16,
-)
+json_values = any_json(text_size=12, width=4, max_leaves=16)
 
 # Every field the parser reads, by path in a valid request, to be replaced by junk.
 READ_PATHS: list[tuple[str | int, ...]] = [

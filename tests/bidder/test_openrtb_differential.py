@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bidder.openrtb import InvalidRequest, auction_source, parse_bid_request
+from tests.bidder.json_strategies import json_values as any_json
 from tests.bidder.openrtb_reference import (
     FLOOR,
     GDPR,
@@ -33,17 +34,7 @@ from tests.bidder.openrtb_reference import (
     reference_view,
 )
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=3), inner, max_size=2)
-    ),
-    max_leaves=6,
-)
+json_values = any_json(text_size=3, width=2, max_leaves=6)
 ids = st.sampled_from(["1", "2", "a", "r-1"]) | st.text(min_size=1, max_size=6)
 strings = st.sampled_from(
     ["", "x", "usd", "EUR", "IAB1", "News.Example", "https://u@Site.Example:81/p?q#f", "can"]
