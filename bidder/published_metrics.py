@@ -17,11 +17,14 @@ read-modify-writes with no lock, and the flusher runs on the same thread.
 from __future__ import annotations
 
 import asyncio
+import logging
 from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import prometheus_client
+
+log = logging.getLogger(__name__)
 
 FLUSH_S = 1.0
 """How often a worker publishes what it counted; also the most ``/metrics`` lags."""
@@ -135,16 +138,31 @@ class Histogram:
 
 
 def flush() -> None:
-    """Publish everything recorded since the last flush."""
+    """Publish everything recorded since the last flush. A metric that cannot be
+    published does not hold the others back: the first such error is raised after."""
+    failure: Exception | None = None
     for metric in _REGISTERED:
-        metric._flush()
+        try:
+            metric._flush()
+        except Exception as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
 
 
 async def run_flusher(every_s: float = FLUSH_S) -> None:
-    """Flush every ``every_s`` until cancelled, then once more."""
+    """Flush every ``every_s`` until cancelled, then once more. A failing flush (a bug)
+    is logged and the next one tried: the flusher never stops publishing."""
     try:
         while True:
             await asyncio.sleep(every_s)
-            flush()
+            _flush_logged()
     finally:
+        _flush_logged()
+
+
+def _flush_logged() -> None:
+    try:
         flush()
+    except Exception:
+        log.exception("publishing the metrics failed; trying again at the next flush")

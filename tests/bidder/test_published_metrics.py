@@ -60,6 +60,28 @@ def test_a_labelled_counter_refuses_a_count_without_labels() -> None:
     flush()
 
 
+@pytest.mark.asyncio
+async def test_a_metric_that_cannot_be_published_holds_no_other_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = Counter(_name("family"), "test", ["outcome"])
+    name = _name("counted")
+    counter = Counter(name, "test")
+    broken.inc()  # a bug: counted without labels
+    counter.inc(3)
+    flusher = asyncio.get_running_loop().create_task(run_flusher(every_s=0.01))
+    for _ in range(200):  # bounded: the flusher's first pass, not a time assert
+        await asyncio.sleep(0.01)
+        if _value(f"{name}_total") == 3.0:
+            break
+    broken.value = 0  # leave the shared registry flushable for the other tests
+    flusher.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await flusher
+    assert _value(f"{name}_total") == 3.0
+    assert "publishing the metrics failed" in caplog.text
+
+
 def test_a_gauge_publishes_its_last_value() -> None:
     name = _name("gauge")
     gauge = Gauge(name, "test", multiprocess_mode="max")
