@@ -251,7 +251,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                         saturate, server, script, args.duration, args.connections
                     )
                     sat[server.name].append(figures)
-            half = _median([r["rps"] for r in sat["bidder"]]) / 2
+            half = statistics.median([r["rps"] for r in sat["bidder"]]) / 2
             p99: dict[str, list[float]] = {s.name: [] for s in servers}
             tail: dict[str, list[dict[str, float]]] = {s.name: [] for s in servers}
             for _ in range(args.rounds):
@@ -271,12 +271,12 @@ def summarize(
     servers: dict[str, dict[str, Any]] = {}
     for name in sat:
         servers[name] = {
-            "rps": round(_median([r["rps"] for r in sat[name]])),
-            "cpu_us_per_answer": round(_median([r["cpu_us"] for r in sat[name]]), 1),
-            "non_200_share": round(_median([r["other_share"] for r in sat[name]]), 4),
-            "p99_ms_at_half_rate": round(_median(p99[name]), 3),
-            "demo_p99_ms": round(_median([r["p99_ms"] for r in tail[name]]), 3),
-            "demo_within_8ms": round(_median([r["within_8ms"] for r in tail[name]]), 5),
+            "rps": round(statistics.median([r["rps"] for r in sat[name]])),
+            "cpu_us_per_answer": round(statistics.median([r["cpu_us"] for r in sat[name]]), 1),
+            "non_200_share": round(statistics.median([r["other_share"] for r in sat[name]]), 4),
+            "p99_ms_at_half_rate": round(statistics.median(p99[name]), 3),
+            "demo_p99_ms": round(statistics.median([r["p99_ms"] for r in tail[name]]), 3),
+            "demo_within_8ms": round(statistics.median([r["within_8ms"] for r in tail[name]]), 5),
             "rounds_rps": [round(r["rps"]) for r in sat[name]],
             "rounds_cpu_us": [round(r["cpu_us"], 1) for r in sat[name]],
         }
@@ -309,10 +309,6 @@ def summarize(
         "connections": args.connections,
         "cpus": os.cpu_count(),
     }
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 def main() -> None:
