@@ -20,20 +20,20 @@ from pathlib import Path
 import orjson
 import uvloop
 
-from bidder.campaign_store import StoreError
-from bidder.campaigns import CampaignError, load_campaign_file
-from bidder.cli_options import (
+from bidder.adapters.campaign_store import StoreError
+from bidder.bidstream.generator import DUPLICATE_SHARE, generate, parse_ssp_boost
+from bidder.bidstream.stream import StreamFormatError, StreamRecord, read_stream
+from bidder.core.campaigns import CampaignError, load_campaign_file
+from bidder.replay.replayer import ReplayOptions, replay
+from bidder.replay.report import ReplayResult, render_table, to_json
+from bidder.serve.cli_options import (
     add_bidder_options,
     settings_from_args,
 )
-from bidder.replay.generator import DUPLICATE_SHARE, generate, parse_ssp_boost
-from bidder.replay.replayer import ReplayOptions, replay
-from bidder.replay.report import ReplayResult, render_table, to_json
-from bidder.replay.stream import StreamFormatError, StreamRecord, read_stream
-from bidder.server import load_campaigns, running_bidder
-from bidder.settings import Settings, SettingsError
-from bidder.stack import LocalStack, StackError, free_port
-from bidder.workers import WorkerPoolError
+from bidder.serve.server import load_campaigns, running_bidder
+from bidder.serve.settings import Settings, SettingsError
+from bidder.serve.workers import WorkerPoolError
+from bidder.stack.local import LocalStack, StackError, free_port
 from models.cli import add_commands as model_commands
 from pacing.cli import add_commands as pacing_commands
 

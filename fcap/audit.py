@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from bidder.tokens import NoticeClaims, TokenError, TokenSigner
+from bidder.core.tokens import NoticeClaims, TokenError, TokenSigner
 from fcap.rules import Rule, Subject, counts_at
 
 IN_FLIGHT_MS = 50

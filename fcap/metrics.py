@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bidder.published_metrics import Counter
+from bidder.core.published_metrics import Counter
 
 CHECKS = Counter("bidsim_fcap_checks", "Frequency-cap checks that went to Valkey.")
 CAPPED = Counter(

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from bidder.campaigns import Campaign, FrequencyCap
+from bidder.core.campaigns import Campaign, FrequencyCap
 
 SUB_BUCKETS = 24
 """Sub-buckets per rolling window: the error bound is window / 24."""

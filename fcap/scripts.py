@@ -7,7 +7,7 @@ new Cluster node) answers NOSCRIPT; then ``SCRIPT LOAD`` (on every primary of a
 Cluster) and one more EVALSHA. Nothing else is retried here.
 
 Two ways to call: ``Script.__call__`` through a redis-py client, or
-``Script.evalsha`` and ``Script.reload`` on a ``bidder.valkey_pipelined``
+``Script.evalsha`` and ``Script.reload`` on a ``bidder.adapters.valkey_pipelined``
 connection, where the EVALSHA is sent before anything is awaited (``FcapStore``).
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from bidder.valkey_pipelined import PipelinedConnection, pack
+from bidder.adapters.valkey_pipelined import PipelinedConnection, pack
 
 _LUA = Path(__file__).parent / "lua"
 

@@ -13,12 +13,12 @@ its own. A count half-done by a failure is completed by retrying the whole count
 the side that already counted answers "duplicate".
 
 Two ways to the server. On one server, checks go through the worker's
-auto-pipelined connection (``bidder.valkey_pipelined``): both sides are sent before
+auto-pipelined connection (``bidder.adapters.valkey_pipelined``): both sides are sent before
 anything is awaited, and a check past its limit fails with ``TimeoutError`` while
 its reply is simply dropped when it comes. On a Cluster (no ``pipelined``
 connection), and for counts and releases everywhere, calls go through the redis-py
 client; a call past its limit there is not cancelled but left to finish
-(``bidder.valkey_wait``), so its connection goes back to the pool instead of being
+(``bidder.adapters.valkey_wait``), so its connection goes back to the pool instead of being
 dropped. Either way a check.lua whose caller gave up may still reserve a slot;
 nobody releases it, which is the safe side (as when a release fails), until its
 bucket expires.
@@ -43,9 +43,9 @@ from typing import Any
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import NoScriptError, RedisError
 
-from bidder.valkey import connect_async
-from bidder.valkey_pipelined import PipelinedConnection, forget
-from bidder.valkey_wait import Waiter
+from bidder.adapters.valkey import connect_async
+from bidder.adapters.valkey_pipelined import PipelinedConnection, forget
+from bidder.adapters.valkey_wait import Waiter
 from fcap import keys, scripts
 from fcap.plan import RESERVED, Period, Plan, SidePlan, build_plan, decide
 from fcap.rules import Subject, rules_argv
@@ -93,7 +93,7 @@ class CheckResult:
 def connect(
     url: str, *, cluster: bool = False, socket_timeout_s: float = 0.25, replica_reads: bool = False
 ) -> Any:
-    """A client for fcap (``bidder.valkey``: no retries or backoff; the socket timeout
+    """A client for fcap (``bidder.adapters.valkey``: no retries or backoff; the socket timeout
     is a backstop only, each call has its own deadline).
 
     ``replica_reads`` (Cluster only, else ValueError): the read-only check's HMGET goes
@@ -338,7 +338,7 @@ class FcapStore:
 
     async def _run(self, calls: Sequence[Coroutine[Any, Any, Any]], limit: float) -> list[Any]:
         """Run the calls concurrently until ``limit``; any failure is FcapUnavailable.
-        Calls still running at ``limit`` are left to finish (``bidder.valkey_wait``)."""
+        Calls still running at ``limit`` are left to finish (``bidder.adapters.valkey_wait``)."""
         try:
             return await self._waiter.gather(calls, limit)
         except (TimeoutError, RedisError, OSError) as exc:

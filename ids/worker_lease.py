@@ -36,8 +36,8 @@ from importlib import resources
 
 from redis.commands.core import AsyncScript
 
-from bidder.clock import Clock
-from bidder.valkey import AsyncValkey
+from bidder.adapters.valkey import AsyncValkey
+from bidder.core.clock import Clock
 from ids.snowflake import MAX_WORKER, Snowflake
 
 log = logging.getLogger(__name__)

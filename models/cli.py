@@ -17,13 +17,13 @@ from typing import Any
 
 import orjson
 
-from bidder.aws import aws_client
-from bidder.campaigns import CampaignError, load_campaign_file
-from bidder.clock import SystemClock
-from bidder.identity import identify
-from bidder.openrtb import InvalidRequest, parse_bid_request
-from bidder.profiles import DEFAULT_TABLE, ProfileStoreError, ProfileTable
-from bidder.replay.stream import StreamFormatError, read_stream
+from bidder.adapters.aws import aws_client
+from bidder.bidstream.stream import StreamFormatError, read_stream
+from bidder.core.campaigns import CampaignError, load_campaign_file
+from bidder.core.clock import SystemClock
+from bidder.decide.identity import identify
+from bidder.decide.profiles import DEFAULT_TABLE, ProfileStoreError, ProfileTable
+from bidder.openrtb.request import InvalidRequest, parse_bid_request
 from models.logs import LogError, impressions, read_log, win_outcomes, write_log
 from models.scorer import DEFAULT_DIR, ArtifactError
 from models.synth import synth_profile
@@ -148,7 +148,7 @@ def _provenance(args: argparse.Namespace) -> dict[str, Any]:
         "learning_rate": args.learning_rate,
         "holdout": args.holdout,
         "win_samples": args.win_samples,
-        "win_outcomes": "bidder.replay.auction Market() over generated floors (models.logs)",
+        "win_outcomes": "bidder.bidstream.auction Market() over generated floors (models.logs)",
     }
 
 
@@ -173,7 +173,7 @@ def cmd_profiles_load(args: argparse.Namespace) -> int:
     keys = sorted({key for path in streams for key in stream_user_keys(path)})
     now_ms = SystemClock().wall_ms()
     profiles = [(key, p) for key in keys if (p := synth_profile(key, now_ms)) is not None]
-    # The loader's client retries (bidder.aws); the bid path's fast-fail one would not.
+    # The loader's client retries (bidder.adapters.aws); the bid path's fast-fail one would not.
     table = ProfileTable(aws_client("dynamodb", args.aws_endpoint, args.aws_region), args.table)
     table.ensure_table()
     count = table.put_many(profiles)
@@ -185,7 +185,7 @@ def cmd_profiles_load(args: argparse.Namespace) -> int:
 
 
 def stream_user_keys(path: Path) -> Iterator[str]:
-    """The user key (``bidder.identity``) of every parseable request in a bidstream."""
+    """The user key (``bidder.decide.identity``) of every parseable request in a bidstream."""
     for record in read_stream(path):
         try:
             request = parse_bid_request(record.body)

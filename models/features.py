@@ -35,10 +35,10 @@ from typing import NamedTuple
 import numpy as np
 import orjson
 
-from bidder.campaigns import Campaign, Creative
-from bidder.eligibility import Candidate
-from bidder.openrtb import BidRequest
-from bidder.profiles import Profile
+from bidder.core.campaigns import Campaign, Creative
+from bidder.decide.eligibility import Candidate
+from bidder.decide.profiles import Profile
+from bidder.openrtb.request import BidRequest
 
 FEATURE_VERSION = 1
 

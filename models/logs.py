@@ -1,10 +1,10 @@
 """Labelled impression logs with a known click response, and win/loss outcomes.
 
 Impressions. The bidstream generator's own parts make the supply: users from the
-Zipf audience (``bidder.replay._population``), auctions (``_draw``) rendered as one
+Zipf audience (``bidder.bidstream.population``), auctions (``_draw``) rendered as one
 SSP's OpenRTB request (``_render``), arrival hours on the diurnal curve (``_diurnal``;
 every ``_DAY`` auctions make one simulated day). Each request goes through the real
-parser and eligibility (``bidder.eligibility.select``) against the campaigns; a
+parser and eligibility (``bidder.decide.eligibility.select``) against the campaigns; a
 request with candidates becomes one impression of one candidate picked at random
 (our "win"), shown to the user whose profile is ``models.synth.synth_profile`` of the
 request's user key, and clicked with ``models.synth.click_probability``. The true
@@ -16,7 +16,7 @@ sorted keys, so the same impressions give the same bytes and the same data hash:
     {"campaign": .., "clicked": 0|1, "creative": .., "imp": "1", "p_true": 0.031,
      "profile": {...}|null, "request": {...}, "ssp": "ssp-alpha", "ts": 1767571224242}
 
-Win outcomes. The replay's exchange model (``bidder.replay.auction``) decides wins:
+Win outcomes. The replay's exchange model (``bidder.bidstream.auction``) decides wins:
 for generated auctions' floors and a spread of our bids (log-uniform, 1x to 6x the
 floor; 0.02-3 CPM where there is no floor), ``competing_bid`` draws the best other
 bid and the exchange's rule applies (at least the floor, strictly above the other
@@ -36,19 +36,19 @@ from typing import IO, Any, cast
 import numpy as np
 import orjson
 
-from bidder.campaigns import Campaign
-from bidder.eligibility import CampaignIndex, Candidate, EligibilityPolicy, select
-from bidder.identity import identify
-from bidder.nobid import NoBid
-from bidder.openrtb import BidRequest, InvalidRequest, parse_bid_request
-from bidder.profiles import Profile, profile_from_doc, profile_to_doc
-from bidder.replay import inventory as inv
-from bidder.replay._diurnal import day_fractions
-from bidder.replay._draw import draw_auction
-from bidder.replay._population import population
-from bidder.replay._render import render
-from bidder.replay.auction import Market, competing_bid
-from bidder.replay.generator import DEFAULT_DAY_START
+from bidder.bidstream import inventory as inv
+from bidder.bidstream.auction import Market, competing_bid
+from bidder.bidstream.diurnal import day_fractions
+from bidder.bidstream.draw import draw_auction
+from bidder.bidstream.generator import DEFAULT_DAY_START
+from bidder.bidstream.population import population
+from bidder.bidstream.render import render
+from bidder.core.campaigns import Campaign
+from bidder.core.nobid import NoBid
+from bidder.decide.eligibility import CampaignIndex, Candidate, EligibilityPolicy, select
+from bidder.decide.identity import identify
+from bidder.decide.profiles import Profile, profile_from_doc, profile_to_doc
+from bidder.openrtb.request import BidRequest, InvalidRequest, parse_bid_request
 from models.synth import click_probability, synth_profile
 
 _DAY = 4_096

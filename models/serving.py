@@ -3,7 +3,7 @@
 Candidates of campaigns with a ``click_value_micros`` are *scored*: their feature rows
 go to the model in one predict call, and each is priced by ``models.price`` (value x
 P(click), capped by the max bid, floor respected, shaded in first-price auctions).
-Campaigns without a click value keep the base bid (``bidder.pricing.base_price``) and
+Campaigns without a click value keep the base bid (``bidder.decide.pricing.base_price``) and
 cost the model nothing. A candidate whose price would be under the floor is dropped.
 
 The creatives' own feature columns come from a table computed when the campaigns were
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bidder.clock import Clock
-from bidder.eligibility import Candidate
-from bidder.openrtb import BidRequest
-from bidder.pricing import base_price
-from bidder.profiles import Profile
+from bidder.core.clock import Clock
+from bidder.decide.eligibility import Candidate
+from bidder.decide.pricing import base_price
+from bidder.decide.profiles import Profile
+from bidder.openrtb.request import BidRequest
 from models import features
 from models.price import bid_price, impression_value
 from models.scorer import ModelHandle, ScoringError

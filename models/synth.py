@@ -23,9 +23,9 @@ from __future__ import annotations
 import hashlib
 import math
 
-from bidder.campaigns import Creative
-from bidder.openrtb import BidRequest, Imp
-from bidder.profiles import Profile
+from bidder.core.campaigns import Creative
+from bidder.decide.profiles import Profile
+from bidder.openrtb.request import BidRequest, Imp
 
 KNOWN_SHARE = 0.8
 SEGMENTS = (1, 2, 8, 9, 10, 13, 17, 18, 19, 20)

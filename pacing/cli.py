@@ -22,9 +22,9 @@ import orjson
 from redis.exceptions import RedisError
 from tqdm import tqdm
 
-from bidder.campaign_store import CampaignTable, StoreError
-from bidder.replay.stream import StreamFormatError
-from bidder.stack import StackError
+from bidder.adapters.campaign_store import CampaignTable, StoreError
+from bidder.bidstream.stream import StreamFormatError
+from bidder.stack.local import StackError
 from pacing.curves import BUILTIN, Curve, CurveError, curve_from_stream, load_curve_file
 from pacing.pid import PidGains
 from pacing.reconcile import DEFAULT_GAINS, PacingConfig
@@ -198,7 +198,7 @@ def _emit(doc: dict[str, Any], path: Path | None) -> None:
 
 @_user_errors
 def cmd_reconciler(args: argparse.Namespace) -> int:
-    from bidder.aws import aws_client
+    from bidder.adapters.aws import aws_client
     from pacing.curves import load_curve_dir
 
     config = PacingConfig(tick_s=args.tick_s, breaker_window_s=args.breaker_window_s)

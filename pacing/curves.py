@@ -25,7 +25,7 @@ from pathlib import Path
 
 import orjson
 
-from bidder.replay.stream import read_stream
+from bidder.bidstream.stream import read_stream
 
 DAY_S = 86_400
 HOUR_S = 3_600

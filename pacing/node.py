@@ -42,8 +42,8 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
-from bidder.clock import Clock
-from bidder.nobid import NoBid
+from bidder.core.clock import Clock
+from bidder.core.nobid import NoBid
 from pacing.lease import Lease, LeaseAccount, LeaseFormatError, install
 from pacing.lease_store import LeaseReader
 

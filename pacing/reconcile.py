@@ -28,8 +28,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from bidder.campaigns import Campaign
-from bidder.ledger import LedgerEntry
+from bidder.core.campaigns import Campaign
+from bidder.core.ledger import LedgerEntry
 from pacing.breaker import Breaker
 from pacing.curves import BUILTIN, DAY_S, Curve, day_of, resolve_curve, second_of_day
 from pacing.lease import (

@@ -37,12 +37,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from prometheus_client import Counter
 from redis.exceptions import RedisError
 
-from bidder.aws import aws_client
-from bidder.campaign_store import CampaignTable, StoreError
-from bidder.campaigns import Campaign, CampaignError, campaigns_from_docs
-from bidder.clock import Clock, SystemClock
-from bidder.ledger import LedgerEntry, LedgerFormatError, decode_entry
-from bidder.valkey import connect_sync
+from bidder.adapters.aws import aws_client
+from bidder.adapters.campaign_store import CampaignTable, StoreError
+from bidder.adapters.valkey import connect_sync
+from bidder.core.campaigns import Campaign, CampaignError, campaigns_from_docs
+from bidder.core.clock import Clock, SystemClock
+from bidder.core.ledger import LedgerEntry, LedgerFormatError, decode_entry
 from pacing.curves import BUILTIN, Curve, CurveError, day_of
 from pacing.lease import Lease, ReturnedLease, expiry_ms
 from pacing.lease_store import LeaseWriter

@@ -27,7 +27,7 @@ from functools import cached_property
 
 import numpy as np
 
-from bidder.ledger import cost_of
+from bidder.core.ledger import cost_of
 from pacing.curves import DAY_MS, DAY_S, STANDARD, Curve
 from pacing.lease import RATE_SCALE, FleetAccounts, chunk_micros
 from pacing.reconcile import Budget, PacingConfig, Reconcile

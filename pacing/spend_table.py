@@ -27,8 +27,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from bidder.aws import scan_items
-from bidder.ledger import LedgerEntry
+from bidder.adapters.aws import scan_items
+from bidder.core.ledger import LedgerEntry
 from pacing.curves import day_of
 
 DEFAULT_TABLE = "bidsim-spend"

@@ -1,6 +1,6 @@
 """Burst benchmark: one SSP sends 10x its traffic; the others' latency must hold.
 
-Two streams from the same seed (``bidder.replay.generator.generate``):
+Two streams from the same seed (``bidder.bidstream.generator.generate``):
 
 * baseline: ``--requests`` (6,000) at ``--rate`` (400 req/s), the usual SSP mix;
 * burst: ``ssp-delta`` boosted ``--boost`` times (10x), with the request count and the
@@ -41,8 +41,8 @@ from typing import Any
 import orjson
 import uvloop
 
-from bidder.cli_options import add_bidder_options, settings_from_args
-from bidder.replay.generator import boost_scale, generate
+from bidder.bidstream.generator import boost_scale, generate
+from bidder.bidstream.stream import StreamRecord, read_stream
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import (
     ReplayResult,
@@ -50,10 +50,10 @@ from bidder.replay.report import (
     new_latency_histogram,
     status_classes,
 )
-from bidder.replay.stream import StreamRecord, read_stream
-from bidder.server import running_bidder
-from bidder.settings import Settings
-from bidder.stack import LocalStack, free_port
+from bidder.serve.cli_options import add_bidder_options, settings_from_args
+from bidder.serve.server import running_bidder
+from bidder.serve.settings import Settings
+from bidder.stack.local import LocalStack, free_port
 
 BURST_SSP = "ssp-delta"
 HOURS = 24

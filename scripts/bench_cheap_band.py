@@ -1,6 +1,6 @@
 """Cheap band benchmark: what rejecting junk costs next to the full path of a bid.
 
-In-process, no HTTP, but with the worker's real stages: ``bidder.assemble.build_state``
+In-process, no HTTP, but with the worker's real stages: ``bidder.serve.assemble.build_state``
 against a private LocalStack (Valkey + moto) holding the bundled campaigns, its
 background jobs running (lease refresh, campaign and supply refresh, id lease), and a
 real reconciler process handing out pacing leases; timing starts once the worker holds
@@ -48,18 +48,18 @@ from typing import Any
 import orjson
 import uvloop
 
-from bidder.app import BidderState
-from bidder.assemble import build_state, pacing_node_id
-from bidder.nobid import NoBid
-from bidder.openrtb import InvalidRequest, parse_bid_request
-from bidder.pipeline import Context, Stage, run_stages
-from bidder.reconciler_process import running_reconciler
-from bidder.replay.stream import read_stream
-from bidder.response import build_response
-from bidder.server import prepare_resources, wait_for_leases
-from bidder.settings import Settings
-from bidder.stack import LocalStack, free_port
-from bidder.worker import start_background, stop_background
+from bidder.bidstream.stream import read_stream
+from bidder.core.nobid import NoBid
+from bidder.openrtb.request import InvalidRequest, parse_bid_request
+from bidder.pipeline.response import build_response
+from bidder.pipeline.runner import Context, Stage, run_stages
+from bidder.serve.app import BidderState
+from bidder.serve.assemble import build_state, pacing_node_id
+from bidder.serve.reconciler_process import running_reconciler
+from bidder.serve.server import prepare_resources, wait_for_leases
+from bidder.serve.settings import Settings
+from bidder.serve.worker import start_background, stop_background
+from bidder.stack.local import LocalStack, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BANNER = ROOT.parent / "shared/external/openrtb/requests/001_iab26_spec-6.2.1-simple-banner.json"
@@ -67,7 +67,7 @@ SAMPLE = ROOT / "fixtures/openrtb/sample-stream.jsonl.gz"
 CAMPAIGNS = ROOT / "fixtures/openrtb/campaigns.json"
 CHEAP_STAGES = 4
 """Stages 2-4 are the first four of the worker's list: rate limit, consent, eligibility,
-supply chain (``bidder.assemble``)."""
+supply chain (``bidder.serve.assemble``)."""
 
 
 class Paths:

@@ -11,10 +11,10 @@ campaigns with a day cap each, so 10 live day counters per user.
    = the ``INFO memory`` used_memory delta / counters.
 2. speed: one request in flight (a round trip each). Each round: ``--ops``
    10-campaign checks (``FcapStore.check``) of random loaded users through the
-   auto-pipelined connection a worker on one server uses (``bidder.valkey_pipelined``),
+   auto-pipelined connection a worker on one server uses (``bidder.adapters.valkey_pipelined``),
    then ``--ops`` single GETs (``client.get``: redis-py's ordinary path), then the
    same checks again through a store without that connection (``execute_command``
-   and ``bidder.valkey_wait``, a Cluster's path: the ``plain_check_*`` reference).
+   and ``bidder.adapters.valkey_wait``, a Cluster's path: the ``plain_check_*`` reference).
    Medians over ``--rounds``; ``check_ratio`` = median check rate / median GET rate.
 
 The last line printed is one JSON object.
@@ -39,10 +39,10 @@ import orjson
 import redis
 import uvloop
 
-from bidder.campaigns import Campaign, CapPolicy, Creative, FrequencyCap
-from bidder.cluster import ValkeyNode
-from bidder.stack import free_port
-from bidder.valkey import connect_pipelined
+from bidder.adapters.valkey import connect_pipelined
+from bidder.core.campaigns import Campaign, CapPolicy, Creative, FrequencyCap
+from bidder.stack.cluster import ValkeyNode
+from bidder.stack.local import free_port
 from fcap.rules import Subject, subject_for
 from fcap.store import FcapStore, connect
 

@@ -51,11 +51,11 @@ from typing import Any
 import orjson
 import uvloop
 
+from bidder.bidstream.stream import StreamRecord, read_stream
 from bidder.replay.client import HttpPool
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import latency_ms
-from bidder.replay.stream import StreamRecord, read_stream
-from bidder.stack import free_port
+from bidder.stack.local import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BANNER = ROOT.parent / "shared/external/openrtb/requests/001_iab26_spec-6.2.1-simple-banner.json"

@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import orjson
 
-from bidder.clock import SystemClock
-from bidder.tokens import NoticeClaims, TokenSigner
+from bidder.core.clock import SystemClock
+from bidder.core.tokens import NoticeClaims, TokenSigner
 from ids.snowflake import Snowflake
 
 

@@ -11,7 +11,7 @@ Two workloads, each parsed whole once per round:
 
 Figures per workload, medians of ``--rounds`` rounds in which the two runs alternate:
 
-``parse_us``     CPU time (``time.process_time``) of ``bidder.openrtb.parse_bid_request``
+``parse_us``     CPU time (``time.process_time``) of ``bidder.openrtb.request.parse_bid_request``
                  per request (a refusal counts too)
 ``floor_us``     CPU time of ``orjson.loads`` alone per request: the floor of any parser
                  that decodes the whole body
@@ -36,8 +36,8 @@ from typing import Any
 import orjson
 
 import bidder
-from bidder.openrtb import InvalidRequest, parse_bid_request
-from bidder.replay.stream import read_stream
+from bidder.bidstream.stream import read_stream
+from bidder.openrtb.request import InvalidRequest, parse_bid_request
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "external" / "openrtb" / "requests"

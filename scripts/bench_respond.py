@@ -29,12 +29,12 @@ from typing import Any, cast
 import orjson
 from bench_score import REPO, BannerBook, banner_context, blocks
 
-from bidder.campaign_book import CampaignBook
-from bidder.campaigns import load_campaign_file
-from bidder.clock import SystemClock
-from bidder.response import NoticeUrls, build_response
-from bidder.stages import ScoreStage
-from bidder.tokens import TAG_BYTES, TokenSigner
+from bidder.core.campaigns import load_campaign_file
+from bidder.core.clock import SystemClock
+from bidder.core.tokens import TAG_BYTES, TokenSigner
+from bidder.pipeline.campaign_book import CampaignBook
+from bidder.pipeline.response import NoticeUrls, build_response
+from bidder.pipeline.stages import ScoreStage
 from ids import Snowflake, bid_id_source
 from models.scorer import ModelHandle
 from models.serving import Pricer

@@ -48,15 +48,15 @@ import msgspec
 import numpy as np
 import orjson
 
-from bidder.campaign_book import CampaignBook
-from bidder.campaigns import Campaign, load_campaign_file
-from bidder.clock import ManualClock, SystemClock
-from bidder.eligibility import CampaignIndex, Candidate, EligibilityPolicy, select
-from bidder.identity import identify
-from bidder.openrtb import parse_bid_request
-from bidder.pipeline import Context
-from bidder.response import bid_templates
-from bidder.stages import ScoreStage
+from bidder.core.campaigns import Campaign, load_campaign_file
+from bidder.core.clock import ManualClock, SystemClock
+from bidder.decide.eligibility import CampaignIndex, Candidate, EligibilityPolicy, select
+from bidder.decide.identity import identify
+from bidder.openrtb.request import parse_bid_request
+from bidder.pipeline.campaign_book import CampaignBook
+from bidder.pipeline.response import bid_templates
+from bidder.pipeline.runner import Context
+from bidder.pipeline.stages import ScoreStage
 from models import features
 from models.logs import impressions
 from models.scorer import DEFAULT_DIR, ModelHandle

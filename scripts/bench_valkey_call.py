@@ -6,11 +6,11 @@ RESP-encoded in advance, as ``fcap.plan`` does), by ``--in-flight`` concurrent
 callers (default 1, 8 and 32), ``--calls`` calls per path and round, each with a
 limit one second away (none times out, only the machinery is measured).
 
-- ``pipelined``: ``PipelinedConnection.send`` (``bidder.valkey_pipelined``), the
+- ``pipelined``: ``PipelinedConnection.send`` (``bidder.adapters.valkey_pipelined``), the
   single-server bid path.
 - ``pool`` (the reference): each call takes a connection from a redis-py pool, sends
   the pre-encoded command, reads the answer with redis-py's hiredis parser and gives
-  the connection back, run as a task by ``Waiter.gather`` (``bidder.valkey_wait``):
+  the connection back, run as a task by ``Waiter.gather`` (``bidder.adapters.valkey_wait``):
   the path fcap checks and dedup claims took on one server before the pipelined
   connection, and still the shape of a Cluster's.
 
@@ -41,11 +41,11 @@ import orjson
 import uvloop
 from redis.asyncio import ConnectionPool, Redis
 
-from bidder.cluster import ValkeyNode
-from bidder.stack import free_port
-from bidder.valkey import connect_async, connect_pipelined
-from bidder.valkey_pipelined import PipelinedConnection, pack
-from bidder.valkey_wait import Waiter
+from bidder.adapters.valkey import connect_async, connect_pipelined
+from bidder.adapters.valkey_pipelined import PipelinedConnection, pack
+from bidder.adapters.valkey_wait import Waiter
+from bidder.stack.cluster import ValkeyNode
+from bidder.stack.local import free_port
 
 KEY = "u:{b:bench-user}"
 FIELDS = [f"c{n:04d}:d:20454" for n in range(10)]

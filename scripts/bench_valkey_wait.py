@@ -1,6 +1,6 @@
 """What waiting without cancelling costs: ``Waiter.gather`` against ``asyncio.timeout_at``.
 
-The bid path bounds each Valkey call; ``bidder.valkey_wait.Waiter`` does it by running
+The bid path bounds each Valkey call; ``bidder.adapters.valkey_wait.Waiter`` does it by running
 the call as a task and waiting until the limit, so a late call is left to finish
 instead of cancelled. The baseline is what it replaced: the call awaited directly
 inside ``asyncio.timeout_at``. The call is a trivial coroutine that yields to the loop
@@ -22,7 +22,7 @@ import time
 import orjson
 import uvloop
 
-from bidder.valkey_wait import Waiter
+from bidder.adapters.valkey_wait import Waiter
 
 LIMIT_S = 1.0
 """Far away: no call times out, only the waiting is timed."""

@@ -22,11 +22,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from bidder.campaigns import load_campaign_file
-from bidder.clock import SystemClock
-from bidder.eligibility import CampaignIndex, EligibilityPolicy, select
-from bidder.openrtb import InvalidRequest, parse_bid_request
-from bidder.replay.stream import read_stream
+from bidder.bidstream.stream import read_stream
+from bidder.core.campaigns import load_campaign_file
+from bidder.core.clock import SystemClock
+from bidder.decide.eligibility import CampaignIndex, EligibilityPolicy, select
+from bidder.openrtb.request import InvalidRequest, parse_bid_request
 from models import features
 from models.scorer import ModelHandle
 

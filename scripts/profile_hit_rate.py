@@ -1,7 +1,7 @@
 """Profile cache hit rate on a live replay: a warm-up pass, then the measured pass.
 
 Starts the embedded stack (Valkey + moto) and the whole service once
-(``bidder.server.running_bidder``: workers, reconciler, admin port), bulk-loads the
+(``bidder.serve.server.running_bidder``: workers, reconciler, admin port), bulk-loads the
 generated profiles of the stream's users through ``bidsim profiles load``'s own handler,
 then replays the stream twice through that one bidder: the cache lives in the worker
 process, so both passes must meet the same one. The hit rate is read from the admin
@@ -33,12 +33,12 @@ import orjson
 import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
+from bidder.bidstream.stream import StreamRecord, read_stream
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, status_classes
-from bidder.replay.stream import StreamRecord, read_stream
-from bidder.server import running_bidder
-from bidder.settings import Settings
-from bidder.stack import LocalStack, free_port
+from bidder.serve.server import running_bidder
+from bidder.serve.settings import Settings
+from bidder.stack.local import LocalStack, free_port
 from models.cli import add_commands
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bidder.stack import LocalStack
+from bidder.stack.local import LocalStack
 
 
 @pytest.fixture(scope="session")

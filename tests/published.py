@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from bidder.published_metrics import flush
+from bidder.core.published_metrics import flush
 
 
 def sample(name: str, labels: dict[str, str] | None = None) -> float:

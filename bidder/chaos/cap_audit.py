@@ -37,13 +37,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from bidder.campaigns import load_campaign_file
 from bidder.chaos.harness import CAMPAIGNS
 from bidder.chaos.observe import metric
-from bidder.ledger import LedgerEntry
+from bidder.core.campaigns import load_campaign_file
+from bidder.core.ledger import LedgerEntry
+from bidder.core.tokens import NoticeClaims, TokenSigner, generate_key
 from bidder.replay.notice_recorder import NoticeRecorder
-from bidder.settings import Settings
-from bidder.tokens import NoticeClaims, TokenSigner, generate_key
+from bidder.serve.settings import Settings
 from fcap.audit import OverDelivery, cap_over_delivery, claims_from_notice_urls
 from fcap.rules import Subject, build_subjects
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from bidder.cluster import ValkeyNode
+from bidder.stack.cluster import ValkeyNode
 
 _T = TypeVar("_T")
 

@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bidder.assemble import pacing_node_id
-from bidder.campaigns import load_campaign_file
+from bidder.bidstream.generator import generate
+from bidder.bidstream.stream import StreamRecord, read_stream
 from bidder.chaos.observe import WATCHED_FLUSH_S
-from bidder.reconciler_process import running_reconciler
-from bidder.replay.generator import generate
-from bidder.replay.stream import StreamRecord, read_stream
-from bidder.server import RunningBidder, running_bidder, wait_for_leases
-from bidder.settings import Settings
-from bidder.stack import ChildProcess, LocalStack, free_port
+from bidder.core.campaigns import load_campaign_file
+from bidder.serve.assemble import pacing_node_id
+from bidder.serve.reconciler_process import running_reconciler
+from bidder.serve.server import RunningBidder, running_bidder, wait_for_leases
+from bidder.serve.settings import Settings
+from bidder.stack.local import ChildProcess, LocalStack, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGNS = REPO / "fixtures" / "openrtb" / "campaigns.json"

@@ -26,9 +26,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from bidder.aws import aws_client
-from bidder.ledger import LedgerEntry, decode_entry
-from bidder.settings import Settings
+from bidder.adapters.aws import aws_client
+from bidder.core.ledger import LedgerEntry, decode_entry
+from bidder.serve.settings import Settings
 from pacing.curves import day_of
 from pacing.spend_table import SpendTable
 

@@ -23,9 +23,9 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from bidder.ledger import LedgerEntry
-from bidder.settings import Settings
-from bidder.valkey import connect_sync
+from bidder.adapters.valkey import connect_sync
+from bidder.core.ledger import LedgerEntry
+from bidder.serve.settings import Settings
 from ids.snowflake import decode
 from pacing.lease import Lease
 from pacing.lease_store import decode_leases, leases_key

@@ -11,11 +11,11 @@ from __future__ import annotations
 import threading
 import time
 
-from bidder.aws import aws_client
-from bidder.campaigns import Campaign
-from bidder.ledger import LedgerEntry
-from bidder.settings import Settings
-from bidder.spend_stream import KinesisStream
+from bidder.adapters.aws import aws_client
+from bidder.core.campaigns import Campaign
+from bidder.core.ledger import LedgerEntry
+from bidder.serve.settings import Settings
+from bidder.winloop.spend_stream import KinesisStream
 from ids.snowflake import MAX_SEQUENCE, MAX_WORKER, compose
 from pacing.curves import second_of_day
 from pacing.reconcile import budget_of

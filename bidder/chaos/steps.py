@@ -12,6 +12,7 @@ from typing import Any
 
 import uvloop
 
+from bidder.bidstream.stream import StreamRecord
 from bidder.chaos.harness import Live, ScenarioOptions, campaign_budgets, chaos_settings
 from bidder.chaos.ledger import (
     LedgerAudit,
@@ -23,9 +24,8 @@ from bidder.chaos.observe import metric
 from bidder.chaos.result import Checks, ScenarioResult
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult
-from bidder.replay.stream import StreamRecord
-from bidder.settings import Settings
-from bidder.stack import LocalStack
+from bidder.serve.settings import Settings
+from bidder.stack.local import LocalStack
 
 LEDGER_BOUND_S = 45.0
 """How long the audit waits for the stream and the totals (a dead worker's spool is

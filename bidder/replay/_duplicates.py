@@ -2,7 +2,7 @@
 and on its best path?
 
 Requests are grouped by their auction id (``source.tid``, read as the bidder reads it:
-``bidder.openrtb.auction_source``, ``bidder.supply_path.auction_id``); a *group* is a
+``bidder.openrtb.request.auction_source``, ``bidder.supply.path.auction_id``); a *group* is a
 tid seen on two requests or more. Each copy's path is ranked with the bidder's own pure
 rank (``PathPolicy.key``: the replay should use the bidder's preference and fees). Per
 group the tally keeps the number of copies, its bids, the best key of every copy, and the
@@ -22,8 +22,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from bidder.openrtb import auction_source
-from bidder.supply_path import DEFAULT_POLICY, PathKey, PathPolicy, auction_id
+from bidder.openrtb.request import auction_source
+from bidder.supply.path import DEFAULT_POLICY, PathKey, PathPolicy, auction_id
 
 DUPLICATE_REASON = "duplicate_auction"
 MAX_OPEN = 50_000

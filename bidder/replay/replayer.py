@@ -53,13 +53,13 @@ from typing import Any
 
 from tqdm import tqdm
 
+from bidder.bidstream.auction import Market, Win, settle
+from bidder.bidstream.stream import StreamRecord
 from bidder.replay._duplicates import DuplicateTally
-from bidder.replay.auction import Market, Win, settle
 from bidder.replay.client import HttpPool, RequestTemplate, Response, TransportError, split_url
 from bidder.replay.report import AuctionTotals, ReplayResult, record_latency
 from bidder.replay.schedule import Pacing, Scheduled, schedule
-from bidder.replay.stream import StreamRecord
-from bidder.supply_path import DEFAULT_POLICY, PathPolicy
+from bidder.supply.path import DEFAULT_POLICY, PathPolicy
 
 __all__ = ["DEFAULT_PATH", "NoticeSend", "ReplayOptions", "ReplayResult", "plan_notices", "replay"]
 

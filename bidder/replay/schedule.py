@@ -31,7 +31,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from bidder.replay.stream import StreamRecord
+from bidder.bidstream.stream import StreamRecord
 
 Scheduled = tuple[float, StreamRecord]
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 
 from bidder.chaos.observe import WATCHED_FLUSH_S
-from bidder.server import load_campaigns
-from bidder.settings import Settings
-from bidder.stack import free_port
+from bidder.serve.server import load_campaigns
+from bidder.serve.settings import Settings
+from bidder.stack.local import free_port
 from tests.bidder.live import CAMPAIGNS, REPO, LiveBidder
 
 EXTERNAL = REPO.parent / "shared" / "external" / "openrtb"

@@ -25,17 +25,17 @@ from typing import Any
 
 import uvloop
 
-from bidder.app import BidderState
-from bidder.assemble import build_state
 from bidder.chaos.harness import chaos_settings
-from bidder.nobid import NoBid
-from bidder.pipeline import Context, Stage
-from bidder.reconciler_process import running_reconciler
-from bidder.server import prepare_resources
-from bidder.settings import Settings
-from bidder.stack import ChildProcess, LocalStack
-from bidder.stages import PacingStage
-from bidder.worker import start_background, start_site, stop_background
+from bidder.core.nobid import NoBid
+from bidder.pipeline.runner import Context, Stage
+from bidder.pipeline.stages import PacingStage
+from bidder.serve.app import BidderState
+from bidder.serve.assemble import build_state
+from bidder.serve.reconciler_process import running_reconciler
+from bidder.serve.server import prepare_resources
+from bidder.serve.settings import Settings
+from bidder.serve.worker import start_background, start_site, stop_background
+from bidder.stack.local import ChildProcess, LocalStack
 
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGNS = REPO / "fixtures" / "openrtb" / "campaigns.json"
@@ -150,7 +150,7 @@ class LiveBidder:
         self.state = state
         runner = await start_site(state)
         background = await start_background(state)
-        # As a worker does after start-up (bidder.worker), and more needed here: this
+        # As a worker does after start-up (bidder.serve.worker), and more needed here: this
         # process also holds the whole test session's heap, and a full collection over
         # it while the bidder serves is a loop stall long enough to be shed as overload.
         gc.freeze()

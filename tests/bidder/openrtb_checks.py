@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from bidder.nobid import NoBid
+from bidder.core.nobid import NoBid
 
 _LABELS = {reason.value for reason in NoBid}
 

@@ -1,6 +1,6 @@
 """A reference judgement of BidRequests, written plainly over the decoded JSON.
 
-The oracle of the differential property tests of ``bidder.openrtb``: the schema below
+The oracle of the differential property tests of ``bidder.openrtb.request``: the schema below
 says which fields bidsim reads and their types, ``reference_view`` says whether a
 request must be accepted and, if so, the view the parser must build, as nested dicts.
 It shares no code with the parser and cares nothing for speed.

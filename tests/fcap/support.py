@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from bidder.campaigns import Campaign, CapPolicy, Creative, FrequencyCap
+from bidder.core.campaigns import Campaign, CapPolicy, Creative, FrequencyCap
 from fcap.rules import Subject, subject_for
 
 T0 = 1_767_225_600_000

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bidder.campaigns import CapPolicy
-from bidder.tokens import NoticeClaims, TokenSigner
+from bidder.core.campaigns import CapPolicy
+from bidder.core.tokens import NoticeClaims, TokenSigner
 from fcap.audit import cap_over_delivery, claims_from_notice_urls
 from fcap.rules import build_subjects
 from tests.fcap.support import HOUR_S, T0, campaign, cap

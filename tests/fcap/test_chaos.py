@@ -18,10 +18,10 @@ import pytest
 import pytest_asyncio
 import redis
 
-from bidder.campaigns import CapPolicy
-from bidder.cluster import ValkeyNode
-from bidder.stack import LocalStack
-from bidder.valkey import connect_pipelined
+from bidder.adapters.valkey import connect_pipelined
+from bidder.core.campaigns import CapPolicy
+from bidder.stack.cluster import ValkeyNode
+from bidder.stack.local import LocalStack
 from fcap.capper import FrequencyCapper
 from fcap.rules import Subject
 from fcap.store import CheckResult, CountOutcome, FcapStore, FcapUnavailable, connect

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 import redis
 
-from bidder.campaigns import CapPolicy
-from bidder.cluster import LocalValkeyCluster
+from bidder.core.campaigns import CapPolicy
+from bidder.stack.cluster import LocalValkeyCluster
 from fcap import keys
 from fcap.rules import Subject
 from fcap.store import CountOutcome, FcapStore

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bidder.campaigns import CapPolicy
+from bidder.core.campaigns import CapPolicy
 from fcap import keys
 from fcap.rules import build_subjects
 from fcap.store import CountOutcome, FcapStore

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bidder.campaigns import CapPolicy
+from bidder.core.campaigns import CapPolicy
 from fcap import keys
 from fcap.plan import RESERVED, Period, build_period, build_plan, decide
 from fcap.rules import Rule, Subject, capped_until, fields_at

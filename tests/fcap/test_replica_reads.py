@@ -13,9 +13,9 @@ import pytest
 import pytest_asyncio
 import redis
 
-from bidder.campaigns import CapPolicy
-from bidder.cluster import LocalValkeyCluster, ValkeyNode
-from bidder.settings import Settings, SettingsError
+from bidder.core.campaigns import CapPolicy
+from bidder.serve.settings import Settings, SettingsError
+from bidder.stack.cluster import LocalValkeyCluster, ValkeyNode
 from fcap import keys
 from fcap.store import FcapStore, connect
 from tests.fcap.conftest import assert_every_key_has_ttl

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from bidder.campaigns import CapPolicy
+from bidder.core.campaigns import CapPolicy
 from fcap import keys
 from fcap.store import FcapStore
 from tests.fcap.support import DAY_S, T0, cap, far_deadline, new_user, one_subject

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bidder.campaigns import CapPolicy, load_campaign_file
+from bidder.core.campaigns import CapPolicy, load_campaign_file
 from fcap.rules import (
     SUB_BUCKETS,
     TOKEN_CHARS,

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from bidder.clock import ManualClock
+from bidder.core.clock import ManualClock
 from fcap.store import FcapStore, connect
 from tests.fcap.support import HOUR_S, T0, cap, far_deadline, new_user, one_subject
 

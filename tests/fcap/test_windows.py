@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from bidder.campaigns import FIXED_WINDOWS
+from bidder.core.campaigns import FIXED_WINDOWS
 from fcap.rules import Subject, bucket_of, expiry_ms
 from fcap.store import FcapStore
 from tests.fcap.support import HOUR_S, T0, cap, far_deadline, new_user, one_subject

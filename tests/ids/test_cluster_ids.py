@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from bidder.clock import ManualClock
-from bidder.cluster import LocalValkeyCluster
-from bidder.valkey import AsyncValkey, connect_async, warm_up
+from bidder.adapters.valkey import AsyncValkey, connect_async, warm_up
+from bidder.core.clock import ManualClock
+from bidder.stack.cluster import LocalValkeyCluster
 from ids.snowflake import Snowflake
 from ids.worker_lease import WorkerLease, lease_keys
 

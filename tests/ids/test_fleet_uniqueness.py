@@ -10,7 +10,7 @@ from multiprocessing.synchronize import Barrier
 import numpy as np
 import redis.asyncio as aioredis
 
-from bidder.clock import SystemClock
+from bidder.core.clock import SystemClock
 from ids.snowflake import Snowflake, decode
 from ids.worker_lease import WorkerLease
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bidder.clock import ManualClock
+from bidder.core.clock import ManualClock
 from ids import bid_id_source
 from ids.snowflake import (
     EPOCH_MS,

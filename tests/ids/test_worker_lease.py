@@ -6,7 +6,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from bidder.clock import ManualClock
+from bidder.core.clock import ManualClock
 from ids.snowflake import LeaseLost, Snowflake, decode
 from ids.worker_lease import NoWorkerId, WorkerLease, lease_keys
 

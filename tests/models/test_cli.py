@@ -9,9 +9,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bidder.aws import aws_client
-from bidder.profiles import MAX_BATCH_KEYS, Profile, ProfileTable
-from bidder.replay.generator import generate
+from bidder.adapters.aws import aws_client
+from bidder.bidstream.generator import generate
+from bidder.decide.profiles import MAX_BATCH_KEYS, Profile, ProfileTable
 from models.cli import add_commands, stream_user_keys
 from models.scorer import Scorer
 from models.synth import synth_profile

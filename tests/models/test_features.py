@@ -10,10 +10,10 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bidder.campaigns import Campaign
-from bidder.eligibility import CampaignIndex, Candidate, EligibilityPolicy, select
-from bidder.openrtb import parse_bid_request
-from bidder.profiles import Profile
+from bidder.core.campaigns import Campaign
+from bidder.decide.eligibility import CampaignIndex, Candidate, EligibilityPolicy, select
+from bidder.decide.profiles import Profile
+from bidder.openrtb.request import parse_bid_request
 from models import features
 from models.logs import Impression
 from models.train import dataset

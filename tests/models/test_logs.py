@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bidder.campaigns import Campaign
+from bidder.core.campaigns import Campaign
 from models.logs import LogError, encode, impressions, read_log, write_log
 from tests.models.conftest import World
 

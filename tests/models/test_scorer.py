@@ -11,9 +11,9 @@ import numpy as np
 import orjson
 import pytest
 
-from bidder.clock import ManualClock
-from bidder.eligibility import Candidate
-from bidder.pricing import base_price
+from bidder.core.clock import ManualClock
+from bidder.decide.eligibility import Candidate
+from bidder.decide.pricing import base_price
 from models import features
 from models.price import bid_price, impression_value
 from models.scorer import META_FILE, MODEL_FILE, ArtifactError, ModelHandle, Scorer, ScoringError

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from redis.crc import key_slot
 
-from bidder.cluster import LocalValkeyCluster
-from bidder.valkey import connect_async, connect_sync, warm_up
+from bidder.adapters.valkey import connect_async, connect_sync, warm_up
+from bidder.stack.cluster import LocalValkeyCluster
 from pacing.lease import Lease, LeaseAccount
 from pacing.lease_store import LeaseReader, leases_key
 from pacing.reconciler import ClusterLeaseWriter

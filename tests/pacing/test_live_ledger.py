@@ -20,18 +20,18 @@ from typing import Any
 
 import pytest
 
-from bidder.aws import aws_client
-from bidder.campaigns import load_campaign_file
+from bidder.adapters.aws import aws_client
+from bidder.bidstream.generator import generate
+from bidder.bidstream.stream import read_stream
 from bidder.chaos.ledger import distinct, read_ledger
 from bidder.chaos.observe import samples
-from bidder.ledger import LedgerEntry
-from bidder.replay.generator import generate
+from bidder.core.campaigns import load_campaign_file
+from bidder.core.ledger import LedgerEntry
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult
-from bidder.replay.stream import read_stream
-from bidder.server import running_bidder
-from bidder.settings import Settings
-from bidder.stack import LocalStack
+from bidder.serve.server import running_bidder
+from bidder.serve.settings import Settings
+from bidder.stack.local import LocalStack
 from pacing.curves import day_of
 from pacing.spend_table import SpendTable
 from tests.bidder.live import CAMPAIGNS, stack_settings

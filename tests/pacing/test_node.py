@@ -12,8 +12,8 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from bidder.clock import ManualClock
-from bidder.nobid import NoBid
+from bidder.core.clock import ManualClock
+from bidder.core.nobid import NoBid
 from pacing.lease import Lease
 from pacing.lease_store import LeaseReader, LeaseWriter, leases_key
 from pacing.node import NodePacer, refresh_once
@@ -118,7 +118,7 @@ def test_lease_hashes_expire_with_their_leases(
 @pytest_asyncio.fixture
 async def dead() -> AsyncIterator[aioredis.Redis]:
     """A client of a Valkey that is not there: every refresh fails at once."""
-    from bidder.stack import free_port
+    from bidder.stack.local import free_port
 
     client = aioredis.Redis(
         port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)

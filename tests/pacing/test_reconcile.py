@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from bidder.ledger import LedgerEntry
+from bidder.core.ledger import LedgerEntry
 from pacing.curves import DAY_MS, STANDARD
 from pacing.lease import ReturnedLease
 from pacing.reconcile import (

@@ -13,11 +13,11 @@ import orjson
 import pytest
 import redis
 
-from bidder.aws import aws_client
-from bidder.campaigns import Campaign, Creative
-from bidder.clock import ManualClock
-from bidder.ledger import LedgerEntry, cost_of
-from bidder.nobid import NoBid
+from bidder.adapters.aws import aws_client
+from bidder.core.campaigns import Campaign, Creative
+from bidder.core.clock import ManualClock
+from bidder.core.ledger import LedgerEntry, cost_of
+from bidder.core.nobid import NoBid
 from pacing.curves import day_of
 from pacing.lease import Lease, LeaseAccount, chunk_micros
 from pacing.lease_store import (

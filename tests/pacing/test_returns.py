@@ -12,8 +12,8 @@ import redis
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from bidder.clock import ManualClock
-from bidder.nobid import NoBid
+from bidder.core.clock import ManualClock
+from bidder.core.nobid import NoBid
 from pacing.lease import Lease, LeaseAccount, ReturnedLease
 from pacing.lease_store import (
     LeaseReader,

@@ -22,6 +22,7 @@ import asyncio
 import time
 from collections import defaultdict
 
+from bidder.bidstream.stream import StreamRecord
 from bidder.chaos.faults import pause, resume
 from bidder.chaos.harness import ScenarioOptions, live_bidder, stream_file
 from bidder.chaos.harness import records as read_records
@@ -30,7 +31,6 @@ from bidder.chaos.observe import Prober, bid_ms, first_bid_after, held_leases, w
 from bidder.chaos.result import ScenarioResult, check_ratio_drop, pass_summary, record_answers
 from bidder.chaos.steps import Run, audit_money, replay_pass, run_on_stack
 from bidder.replay.report import ReplayResult
-from bidder.replay.stream import StreamRecord
 from pacing.lease import Lease
 
 NAME = "budget_unreadable"

@@ -68,7 +68,7 @@ from bidder.chaos.result import ScenarioResult, check_ratio_drop, pass_summary, 
 from bidder.chaos.steps import Run, audit_money, check_budgets, replay_pass, run_on_stack, split
 from bidder.replay.notice_recorder import NoticeRecorder
 from bidder.replay.report import ReplayResult
-from bidder.stack import LocalStack
+from bidder.stack.local import LocalStack
 from fcap.audit import OverDelivery
 from pacing.lease_store import live_nodes_key
 

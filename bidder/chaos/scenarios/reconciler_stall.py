@@ -35,7 +35,7 @@ from bidder.chaos.harness import (
 from bidder.chaos.observe import bid_ms, held_leases, until_probe, wall_ms
 from bidder.chaos.result import ScenarioResult, pass_summary, record_answers
 from bidder.chaos.steps import Run, audit_money, replay_pass, run_on_stack
-from bidder.ledger import LedgerEntry, cost_of
+from bidder.core.ledger import LedgerEntry, cost_of
 from bidder.replay.report import ReplayResult
 from pacing.lease import DEFAULT_CHUNK_PERIODS, Lease, chunk_micros
 

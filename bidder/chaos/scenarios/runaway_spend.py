@@ -27,8 +27,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bidder.aws import aws_client
-from bidder.campaigns import Campaign, load_campaign_file
+from bidder.adapters.aws import aws_client
 from bidder.chaos.harness import (
     CAMPAIGNS,
     Live,
@@ -48,8 +47,9 @@ from bidder.chaos.result import (
 )
 from bidder.chaos.rogue import ROGUE_NODE, RogueNode, target_micros_per_s
 from bidder.chaos.steps import Run, audit_money, replay_pass, run_on_stack
+from bidder.core.campaigns import Campaign, load_campaign_file
 from bidder.replay.report import ReplayResult
-from bidder.settings import Settings
+from bidder.serve.settings import Settings
 
 NAME = "runaway_spend"
 INJECTED = "a rogue node bills one campaign into the spend stream at 20x its target rate"

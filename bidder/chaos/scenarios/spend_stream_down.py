@@ -6,7 +6,7 @@ for a replay pass, then resumed (SIGCONT). Passes at 300 req/s, two workers:
 ticks, so there are bills to acknowledge), ``after`` (moto back).
 
 A billing notice is acknowledged once its ledger entry is fsync'd in the worker's
-spool (``bidder.spend_stream``): the outage must not fail a notice, entries must wait
+spool (``bidder.winloop.spend_stream``): the outage must not fail a notice, entries must wait
 in the spool (``bidsim_spool_depth`` > 0 at the end of the outage), and once the stream
 is back every acknowledged bill must reach it and DynamoDB's totals must equal the
 ledger. ``recovery_s`` = SIGCONT -> the spool drained (depth 0 on every worker).

@@ -9,10 +9,10 @@ from typing import Any
 import orjson
 import pytest
 
+from bidder.bidstream.generator import MALFORMED_SHARE, generate
 from bidder.replay._duplicates import DuplicateTally
-from bidder.replay.generator import MALFORMED_SHARE, generate
 from bidder.replay.report import ReplayResult, render_table, to_json
-from bidder.supply_path import PathPolicy
+from bidder.supply.path import PathPolicy
 
 NODE = {"asi": "a.example", "sid": "p"}
 

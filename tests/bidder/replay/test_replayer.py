@@ -13,10 +13,10 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bidder.replay.auction import Market
+from bidder.bidstream.auction import Market
+from bidder.bidstream.stream import StreamRecord, encode_record, read_stream, write_stream
 from bidder.replay.replayer import NoticeSend, ReplayOptions, plan_notices, replay
 from bidder.replay.report import render_table, status_classes, to_json
-from bidder.replay.stream import StreamRecord, encode_record, read_stream, write_stream
 
 # Competition fixed at exactly the floor (1.0): every bid of 5.0 wins at 1.01 (second price).
 FIXED_MARKET = Market(seed=1, median_multiple=1.0, sigma=0.0)

@@ -1,0 +1,180 @@
+"""The simulated audience: 200,000 users with Zipf-distributed activity.
+
+A user is an index; index 0 is the most active. A request comes from user k with
+probability proportional to (k + 1 + Q)^-S, a Zipf-Mandelbrot law with S = 1.1 and Q = 5:
+heavy users exist (the top 1% send about two thirds of the requests) without one user
+sending 13% of the stream, as pure Zipf over 200,000 users would.
+
+Every attribute is a function of the index alone, built from a fixed seed, so user 123
+is the same person in every stream; a stream's seed only decides who shows up when.
+
+Country and device class must reproduce their target shares at request level. A random
+assignment would not: the heaviest user alone carries ~2.6% of requests. So the head
+(the most active users) is assigned greedily, each user to the category furthest below
+its share of the mass assigned so far, and the long tail at random. Users of a country
+are grouped into households of 1-4 that share an IP.
+
+Heavy users (``with_heavy_users``) are an optional overlay for frequency-cap runs: a
+share of the events is handed to the N most active users, evenly. The head is
+stratified, so those N users are a mix of countries and devices, as real heavy users
+are; each of them then sends ``share / N`` of the stream, enough to meet its caps.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from bidder.bidstream import inventory as inv
+
+POPULATION = 200_000
+ZIPF_S = 1.1
+ZIPF_Q = 5.0
+_SEED = 2026_01_05
+_HEAD = 4_000
+_HOUSEHOLD_SIZES = ([1, 2, 3, 4], [0.55, 0.25, 0.12, 0.08])
+_USER_CACHE = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    index: int
+    id: str
+    buyeruid: str | None
+    """Our own id for the user, known only where a cookie sync happened."""
+    country: str
+    device_class: str
+    model: inv.DeviceModel
+    ip: str
+    ifa: str
+    """Advertising id (apps, CTV); all zeros when the user limits ad tracking."""
+    lmt: bool
+    eid: str | None
+    """A UID2-style token when the user is in an identity graph."""
+    consent_draw: float
+    """Uniform in [0, 1): which TCF choices this user made (see _privacy)."""
+
+
+class Population:
+    """Users by index and a sampler of indexes by activity."""
+
+    def __init__(self, size: int = POPULATION) -> None:
+        rng = np.random.default_rng(_SEED)
+        ranks = np.arange(1, size + 1, dtype=np.float64)
+        mass = (ranks + ZIPF_Q) ** -ZIPF_S
+        mass /= mass.sum()
+        self.size = size
+        self._cdf = np.cumsum(mass)
+        self._country = _stratified(mass, inv.COUNTRIES.shares(), rng)
+        self._device = _stratified(mass, inv.DEVICE_CLASSES.shares(), rng)
+        self._household = _households(self._country, rng)
+        self._users: dict[int, User] = {}
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[int]:
+        """``n`` user indexes drawn by activity."""
+        picks = np.searchsorted(self._cdf, rng.random(n) * self._cdf[-1], side="right")
+        return [int(i) for i in np.minimum(picks, self.size - 1)]
+
+    def with_heavy_users(
+        self, rng: np.random.Generator, users: list[int], heavy_users: int, heavy_share: float
+    ) -> list[int]:
+        """``users`` with each event given, with probability ``heavy_share``, to one of
+        the ``heavy_users`` most active users (indexes 0 .. N-1, uniformly).
+
+        Draws nothing when there are no heavy users, so a stream without them is the
+        same as before the option existed.
+        """
+        if heavy_users < 1 or heavy_share <= 0:
+            return users
+        taken = rng.random(len(users)) < heavy_share
+        heavy = rng.integers(0, min(heavy_users, self.size), size=len(users))
+        return [int(h) if t else u for u, t, h in zip(users, taken, heavy, strict=True)]
+
+    def user(self, index: int) -> User:
+        found = self._users.get(index)
+        if found is None:
+            if len(self._users) >= _USER_CACHE:
+                self._users.clear()  # bounded memory; users are cheap to rebuild
+            found = self._users[index] = self._build(index)
+        return found
+
+    def _build(self, index: int) -> User:
+        country = inv.COUNTRIES.values[self._country[index]]
+        device_class = inv.DEVICE_CLASSES.values[self._device[index]]
+        models = inv.DEVICE_MODELS[device_class]
+        model = models[_digest(index, b"model")[0] % len(models)]
+        lmt = device_class != "desktop" and _uniform(index, b"lmt") < 0.04
+        return User(
+            index=index,
+            id=_digest(index, b"user.id").hex(),
+            buyeruid=_digest(index, b"buyeruid").hex()[:24]
+            if _uniform(index, b"synced") < 0.7
+            else None,
+            country=country,
+            device_class=device_class,
+            model=model,
+            ip=_ip(country, int(self._household[index])),
+            ifa=_ifa(index, upper=model.os == "iOS") if not lmt else _ZERO_IFA,
+            lmt=lmt,
+            eid=_digest(index, b"uid2").hex() if _uniform(index, b"eids") < 0.4 else None,
+            consent_draw=_uniform(index, b"consent"),
+        )
+
+
+@functools.cache
+def population() -> Population:
+    """The one shared audience (about 0.1 s to build)."""
+    return Population()
+
+
+def _stratified(
+    mass: np.ndarray, shares: tuple[float, ...], rng: np.random.Generator
+) -> np.ndarray:
+    """A category per user whose mass-weighted shares match ``shares`` (see module doc)."""
+    target = np.asarray(shares)
+    out = rng.choice(len(target), size=len(mass), p=target)
+    assigned = np.zeros(len(target))
+    total = 0.0
+    for i in range(min(_HEAD, len(mass))):
+        total += mass[i]
+        category = int(np.argmax(target * total - assigned))
+        out[i] = category
+        assigned[category] += mass[i]
+    return out
+
+
+def _households(country: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Household number per user: runs of 1-4 users of one country (by index)."""
+    order = np.lexsort((np.arange(len(country)), country))
+    sizes = rng.choice(_HOUSEHOLD_SIZES[0], size=len(country), p=_HOUSEHOLD_SIZES[1])
+    runs = np.repeat(np.arange(len(country)), sizes)[: len(country)]
+    household = np.empty(len(country), dtype=np.int64)
+    household[order] = runs
+    return household
+
+
+_ZERO_IFA = "00000000-0000-0000-0000-000000000000"
+
+
+def _digest(index: int, what: bytes) -> bytes:
+    # Keyed by attribute name so attributes of one user are independent of each other.
+    return hashlib.blake2b(index.to_bytes(4, "big"), digest_size=16, person=what).digest()
+
+
+def _uniform(index: int, what: bytes) -> float:
+    return int.from_bytes(_digest(index, what)[:6], "big") / float(1 << 48)
+
+
+def _ifa(index: int, upper: bool) -> str:
+    h = _digest(index, b"ifa").hex()
+    ifa = f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:32]}"
+    return ifa.upper() if upper else ifa
+
+
+def _ip(country: str, household: int) -> str:
+    firsts = inv.IP_FIRST_OCTETS[country]
+    b = hashlib.blake2b(household.to_bytes(8, "big"), digest_size=3, person=b"ip").digest()
+    return f"{firsts[household % len(firsts)]}.{b[0]}.{b[1]}.{1 + b[2] % 254}"

@@ -1,0 +1,89 @@
+"""Stage 5 (first half): one user key and one household key per request, pure.
+
+Frequency caps and profiles need a stable key for "this person" and "this home".
+The request may carry several identifiers; the most durable one we control wins:
+
+    1. ``user.buyeruid``  our own id, cookie-synced by the exchange     ``b:<id>``
+    2. ``device.ifa``     the device's advertising id (not all zeros)    ``i:<ifa>``
+    3. ``user.eids``      the first uid of the first eid source          ``e:<source>:<id>``
+    4. ``user.id``        the exchange's own id, so scoped by the SSP    ``x:<ssp>:<id>``
+
+No identifier means no user key: per-user caps cannot be checked for that request
+(the cap policy decides what that means). The household key is the CTV/set-top
+box's ifa when the device is one (it *is* the household screen), else the IP
+address: the IPv4 address as given, or the /64 prefix of an IPv6 address (one
+home network). Keys are capped at ``MAX_KEY_CHARS`` so a hostile id cannot blow
+up Valkey key sizes; they are opaque strings to every consumer.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import NamedTuple
+
+from bidder.openrtb.request import BidRequest
+
+MAX_KEY_CHARS = 96
+_CTV_DEVICE_TYPES = frozenset({3, 7})  # OpenRTB: connected TV, set-top box
+_ZERO_IFA = "00000000-0000-0000-0000-000000000000"
+
+
+class Identity(NamedTuple):
+    user_key: str | None
+    household_key: str | None
+
+
+def identify(request: BidRequest, ssp: str) -> Identity:
+    return Identity(_user_key(request, ssp), _household_key(request))
+
+
+def _user_key(request: BidRequest, ssp: str) -> str | None:
+    if request.buyeruid:
+        return _cap("b:" + request.buyeruid)
+    ifa = _usable_ifa(request.ifa)
+    if ifa:
+        return _cap("i:" + ifa)
+    eid = _first_eid(request)
+    if eid:
+        return _cap(eid)
+    if request.user_id:
+        return _cap(f"x:{ssp}:{request.user_id}")
+    return None
+
+
+def _household_key(request: BidRequest) -> str | None:
+    ifa = _usable_ifa(request.ifa)
+    if ifa and request.devicetype in _CTV_DEVICE_TYPES:
+        return _cap("h:i:" + ifa)
+    if not request.ip:
+        return None
+    try:
+        address = ipaddress.ip_address(request.ip)
+    except ValueError:
+        return None
+    if address.version == 6:
+        network = ipaddress.ip_network(f"{address}/64", strict=False)
+        return "h:6:" + str(network.network_address)
+    return "h:4:" + str(address)
+
+
+def _usable_ifa(ifa: str | None) -> str | None:
+    if not ifa or ifa == _ZERO_IFA:
+        return None
+    return ifa.lower()
+
+
+def _first_eid(request: BidRequest) -> str | None:
+    for eid in request.eids:
+        source, uids = eid.get("source"), eid.get("uids")
+        if not isinstance(source, str) or not isinstance(uids, list):
+            continue
+        for uid in uids:
+            value = uid.get("id") if isinstance(uid, dict) else None
+            if isinstance(value, str) and value:
+                return f"e:{source}:{value}"
+    return None
+
+
+def _cap(key: str) -> str:
+    return key[:MAX_KEY_CHARS]

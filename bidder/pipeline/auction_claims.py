@@ -1,0 +1,169 @@
+"""Supply-path dedup, the claim: one bid per auction across every worker (stage 8b).
+
+Theory of operation. Workers are separate processes, so the copies of one auction
+(``source.tid``) arriving through several SSPs meet only in Valkey. The last stage
+of the pipeline, after scoring, claims the auction for the copy it is about to bid
+on: ``SET <ns>:auction:{<tid>} <ssp> NX PX <window>``. The first claim wins and
+that copy bids; a later copy finds the key and answers ``204 duplicate_auction``.
+
+- Only a copy that would bid claims (the stage runs after every stage that can say
+  no), so a copy that would not bid never blocks a better placed one, and a no-bid
+  costs no round trip. A request without a usable tid is not deduped (counted).
+- Preferred path: a copy that is not top-ranked (``bidder.supply.path``) waits up to
+  ``hold_s`` before it claims, so a better path arriving within the hold claims
+  first. A top-ranked copy claims at once. A late copy holds at most half the time
+  left until ``HOLD_MARGIN_S`` before its deadline; the other half is the claim's.
+- Fail-open: a claim may take until ``CLAIM_MARGIN_S`` before the deadline. When Valkey
+  errs, or does not answer by then although the claim started with at least the claim
+  budget (default ``CLAIM_BUDGET_S``) to go, the copy bids (counted ``unavailable``): a
+  rare duplicate bid costs less than dropping every bid while Valkey is away. A claim
+  that started later than that and got no answer is lateness, not Valkey's failure:
+  the copy answers ``deadline`` (counted ``late``), as any stage still waiting at the
+  deadline does. On a loaded machine this keeps late copies from bidding unchecked.
+  A claim with no answer by then is not cancelled but left to finish
+  (``bidder.adapters.valkey_wait``): its connection goes back to the pool.
+- The key carries its own hash tag, so on Valkey Cluster each auction's key lives on
+  one slot and the claim is one single-key command.
+
+What is guaranteed: within the window, whatever the arrival order, the number of
+workers and the timing, at most one copy *claims* (SET NX is atomic), so with
+Valkey answering at most one copy bids. Not guaranteed: that the winner is the best
+path (a better copy arriving after the hold, or two non-top copies, go first come
+first served), nor a bid at all when the claiming copy then misses its deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from redis.exceptions import RedisError
+
+from bidder.adapters.valkey import AsyncValkey
+from bidder.adapters.valkey_pipelined import PipelinedConnection, pack
+from bidder.adapters.valkey_wait import Waiter
+from bidder.core.clock import Clock
+from bidder.core.nobid import NoBid
+from bidder.core.published_metrics import Counter
+from bidder.pipeline.runner import Context, StageResult
+from bidder.supply.files import SupplyCache
+from bidder.supply.path import PathPolicy, auction_id, hold_s
+from bidder.supply.schain import ads_file
+
+CLAIM_BUDGET_S = 0.002
+"""Default least time to the deadline's margin for a claim without an answer to fail
+open (a loopback round trip is about 0.25 ms); a later one answers ``deadline``."""
+CLAIM_MARGIN_S = 0.0005
+"""A claim must answer this long before the deadline, leaving time to send the bid."""
+HOLD_MARGIN_S = 0.0015
+"""A hold ends at the latest this long before the deadline: the claim's round trip
+(about 0.25 ms on loopback, more under load) and ``CLAIM_MARGIN_S``."""
+
+CLAIMS = Counter(
+    "bidsim_dedup_claims",
+    "Supply-path dedup outcomes of bidding requests: won (bids), duplicate (204), "
+    "unavailable (Valkey failed: bids, fail-open), late (deadline first: 204 deadline), "
+    "no_tid (not deduped: bids).",
+    ["outcome"],
+)
+WON, DUPLICATE, UNAVAILABLE, LATE, NO_TID = (
+    CLAIMS.labels(o) for o in ("won", "duplicate", "unavailable", "late", "no_tid")
+)
+HELD = Counter("bidsim_dedup_holds", "Bidding copies that held their claim (not top-ranked).")
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def auction_key(namespace: str, tid: str) -> str:
+    """The claim key of the auction ``tid``: its own hash tag, one slot on Cluster."""
+    return f"{namespace}:auction:{{{tid}}}"
+
+
+class AuctionClaims:
+    """The Valkey side: one ``SET NX PX`` per claim, on the worker's auto-pipelined
+    connection (one server) or its redis-py client (a Cluster)."""
+
+    def __init__(
+        self, valkey: PipelinedConnection | AsyncValkey, namespace: str, window_ms: int
+    ) -> None:
+        if window_ms <= 0:
+            raise ValueError("the dedup window must be positive")
+        self._valkey = valkey
+        self._namespace = namespace
+        self._window_ms = window_ms
+        self._waiter = Waiter()
+
+    async def claim(self, tid: str, holder: str, until: float) -> bool:
+        """True when this call claimed the auction, False when a copy already had.
+
+        Raises ``TimeoutError`` when Valkey has not answered by ``until`` (the loop's
+        clock), ``RedisError`` or ``OSError`` when it fails.
+        """
+        key = auction_key(self._namespace, tid)
+        valkey = self._valkey
+        if isinstance(valkey, PipelinedConnection):
+            command = pack(b"SET", key, holder or "-", b"NX", b"PX", self._window_ms)
+            return await valkey.send(command, until) is not None
+        (won,) = await self._waiter.gather([self._set(valkey, key, holder)], until)
+        return won
+
+    async def _set(self, client: AsyncValkey, key: str, holder: str) -> bool:
+        return bool(await client.set(key, holder or "-", nx=True, px=self._window_ms))
+
+
+class SupplyDedupStage:
+    """Stage 8b, after scoring: claim the auction for this copy, or say it is a duplicate."""
+
+    def __init__(
+        self,
+        claims: AuctionClaims,
+        policy: PathPolicy,
+        supply: SupplyCache,
+        clock: Clock,
+        hold_s: float,
+        claim_budget_s: float = CLAIM_BUDGET_S,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self._claims = claims
+        self._policy = policy
+        self._supply = supply
+        self._clock = clock
+        self._hold_s = hold_s
+        self._claim_budget_s = claim_budget_s
+        self._sleep = sleep
+
+    def __call__(self, ctx: Context, deadline: float) -> StageResult | Awaitable[StageResult]:
+        tid = auction_id(ctx.request.tid)
+        if tid is None:
+            NO_TID.inc()
+            return None
+        return self._claim(ctx, tid, deadline)
+
+    async def _claim(self, ctx: Context, tid: str, deadline: float) -> NoBid | None:
+        request = ctx.request
+        ads = ads_file(request.domain, request.bundle, self._supply.files)
+        better = self._policy.better_path_possible(ctx.ssp, request.schain, ads)
+        remaining = deadline - self._clock.monotonic()
+        wait = hold_s(not better, self._hold_s, remaining, HOLD_MARGIN_S)
+        if wait > 0:
+            HELD.inc()
+            ctx.held = True
+            await self._sleep(wait)
+        limit = deadline - CLAIM_MARGIN_S
+        fair_chance = limit - self._clock.monotonic() >= self._claim_budget_s
+        try:
+            won = await self._claims.claim(tid, ctx.ssp, limit)
+        except TimeoutError:
+            if not fair_chance:
+                LATE.inc()
+                return NoBid.DEADLINE
+            UNAVAILABLE.inc()
+            return None
+        except (RedisError, OSError):
+            UNAVAILABLE.inc()
+            return None
+        if won:
+            WON.inc()
+            return None
+        DUPLICATE.inc()
+        return NoBid.DUPLICATE_AUCTION

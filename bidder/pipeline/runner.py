@@ -1,0 +1,114 @@
+"""The decision pipeline: stages that narrow the candidates or say why not.
+
+Every stage has one contract: ``stage(ctx, deadline)`` either narrows
+``ctx.candidates`` (and may attach prices) and returns None, or returns the
+``NoBid`` reason that ends the auction for us. Stages run in the order of the
+design's hot path, cheapest first, because ~97% of requests end in a no-bid and
+the cheapest stage that can decide should:
+
+    1. parse + shape check          bidder.openrtb.request (before the pipeline: it makes ctx)
+    2. partner rate limit           bidder.decide.ratelimit, in the handler before the body is read
+    3. consent, then eligibility    bidder.decide.consent, bidder.decide.eligibility
+    4. supply chain                 bidder.supply.schain (caches: bidder.supply.files)
+    5. identity + profile           bidder.decide.identity, bidder.decide.profile_cache
+    6. budget / pacing              pacing.node
+    7. frequency cap                fcap.capper
+    8. score + price                models.serving
+    8b. supply-path dedup           bidder.pipeline.auction_claims (only a request about to bid)
+    9. respond                      bidder.pipeline.response (after the pipeline)
+
+The wiring, in this order, is ``bidder.serve.assemble``.
+
+Deadline enforcement. A pure stage returns its answer directly; a stage that
+does I/O returns an awaitable, and only then does the pipeline arm
+``asyncio.timeout_at(deadline)``, once per request, around it and every stage after
+it, so every awaited call is cut off at the deadline while the ~97% of requests that
+never leave memory pay for no timer (a uvloop timer costs about as much as the
+eligibility stage). A pure stage can't be interrupted; the caller checks the clock
+once more before a bid goes out. ``deadline`` is passed so a stage can give a
+sub-call its own, tighter bound. It is an instant on the ``Clock``'s monotonic time, which
+``asyncio.timeout_at`` compares with the loop's time: with the ``SystemClock``
+both are CLOCK_MONOTONIC (asyncio's default loop and uvloop alike).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from bidder.core.nobid import NoBid
+from bidder.decide.eligibility import Candidate
+from bidder.openrtb.request import BidRequest
+
+StageResult = NoBid | None
+
+
+@dataclass(slots=True)
+class PricedCandidate:
+    candidate: Candidate
+    price_cpm_micros: int
+
+
+@dataclass(slots=True)
+class Context:
+    request: BidRequest
+    ssp: str
+    received: float
+    """Monotonic time at receipt."""
+    candidates: list[Candidate] = field(default_factory=list)
+    priced: list[PricedCandidate] = field(default_factory=list)
+    personalize: bool = True
+    """False when consent or privacy signals forbid using the person's identity."""
+    user_key: str | None = None
+    """Stage 5's one key for this person (``bidder.decide.identity``); None when anonymous."""
+    household_key: str | None = None
+    profile: Any = None
+    """The user's profile when stage 5 had it in cache (``bidder.decide.profile_cache``)."""
+    held: bool = False
+    """Stage 8b held the claim back for a better-placed copy
+    (``bidder.pipeline.auction_claims``)."""
+    finishers: list[Finisher] = field(default_factory=list)
+    """Called once with the bids sent (none on a no-bid), e.g. to release fcap slots."""
+
+    def finish(self, bids: Sequence[PricedCandidate]) -> None:
+        for finisher in self.finishers:
+            finisher(bids)
+
+
+Finisher = Callable[[Sequence[PricedCandidate]], None]
+
+
+class Stage(Protocol):
+    def __call__(self, ctx: Context, deadline: float) -> StageResult | Awaitable[StageResult]: ...
+
+
+async def run_stages(stages: Sequence[Stage], ctx: Context, deadline: float) -> NoBid | None:
+    """Run stages in order; the first no-bid reason ends the run.
+
+    The first stage that returns an awaitable arms the one deadline timer of the
+    request; the stages after it run under it too. Raises TimeoutError when a stage is
+    still awaiting at ``deadline``.
+    """
+    for n, stage in enumerate(stages):
+        result = stage(ctx, deadline)
+        if result is None:
+            continue
+        if isinstance(result, NoBid):
+            return result
+        async with asyncio.timeout_at(deadline):
+            return await _run_rest(result, stages[n + 1 :], ctx, deadline)
+    return None
+
+
+async def _run_rest(
+    first: Awaitable[StageResult], rest: Sequence[Stage], ctx: Context, deadline: float
+) -> NoBid | None:
+    result = await first
+    for stage in rest:
+        if result is not None:
+            return result
+        answer = stage(ctx, deadline)
+        result = answer if answer is None or isinstance(answer, NoBid) else await answer
+    return result

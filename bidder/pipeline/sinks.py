@@ -1,0 +1,82 @@
+"""What the win path tells of each billed impression (``bidder.winloop.billing.ImpressionSink``).
+
+A sink runs after the impression's ledger entry is durable, so a sink failure never
+loses money; it can only leave a counter behind. Both sinks here are idempotent or
+local, which is what makes a retry safe:
+
+- ``CapCounter`` counts the impression in every cap scope and window of its
+  campaign (``fcap``); the count script refuses a second count of one impression
+  id, so a failed count is retried in the background a few times.
+- ``LeaseDebit`` charges the real cost to this node's lease of the campaign
+  (``pacing``); it touches only process memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from bidder.core.clock import Clock
+from bidder.pipeline.campaign_book import CampaignBook
+from bidder.winloop.billing import BilledImpression
+from fcap import FcapUnavailable, FrequencyCapper
+from pacing import NodePacer
+
+log = logging.getLogger(__name__)
+
+COUNT_RETRY_DELAYS_S = (0.5, 2.0, 5.0, 15.0)
+"""Background retries of a failed cap count, then it is given up (and logged)."""
+
+
+class CapCounter:
+    def __init__(self, capper: FrequencyCapper, book: CampaignBook, clock: Clock):
+        self._capper = capper
+        self._book = book
+        self._clock = clock
+        self._retries: set[asyncio.Task[None]] = set()
+
+    async def on_billed(self, impression: BilledImpression) -> None:
+        try:
+            await self._count(impression)
+        except FcapUnavailable:
+            task = asyncio.get_running_loop().create_task(self._retry(impression))
+            self._retries.add(task)  # a task nobody references can be collected mid-flight
+            task.add_done_callback(self._retries.discard)
+
+    async def _count(self, impression: BilledImpression) -> None:
+        claims = impression.claims
+        subject = self._book.cap_subjects.get((claims.campaign_id, claims.creative_id))
+        if subject is None:  # the campaign left the book since the bid: nothing caps it now
+            return
+        await self._capper.count(
+            str(claims.bid_id),
+            subject,
+            "win",
+            claims.user_key,
+            claims.household_key,
+            impression_ms=claims.issued_ms,
+            now_ms=self._clock.wall_ms(),
+        )
+
+    async def _retry(self, impression: BilledImpression) -> None:
+        for delay in COUNT_RETRY_DELAYS_S:
+            await asyncio.sleep(delay)
+            try:
+                await self._count(impression)
+            except FcapUnavailable:
+                continue
+            return
+        log.error(
+            "frequency count of impression %s (campaign %s) given up after %d retries",
+            impression.claims.bid_id,
+            impression.claims.campaign_id,
+            len(COUNT_RETRY_DELAYS_S),
+        )
+
+
+class LeaseDebit:
+    def __init__(self, pacer: NodePacer):
+        self._pacer = pacer
+
+    async def on_billed(self, impression: BilledImpression) -> None:
+        self._pacer.debit(impression.claims.campaign_id, impression.cost_micros)

@@ -1,0 +1,208 @@
+"""The pipeline stages, each a thin adapter over pure logic, in hot-path order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Sequence
+
+from bidder.core.clock import Clock
+from bidder.core.ledger import cost_of
+from bidder.core.nobid import NoBid
+from bidder.decide.consent import ConsentPolicy, evaluate
+from bidder.decide.eligibility import Candidate, EligibilityPolicy, select
+from bidder.decide.identity import identify
+from bidder.decide.pricing import base_price
+from bidder.decide.profile_cache import ProfileCache
+from bidder.pipeline.campaign_book import CampaignBook
+from bidder.pipeline.runner import Context, PricedCandidate, StageResult
+from bidder.supply.files import SupplyCache
+from bidder.supply.schain import apply_policy, verify
+from fcap import FrequencyCapper, Reservation, Subject, Verdict
+from models.scorer import ScoringError
+from models.serving import Pricer
+from pacing import NodePacer
+
+
+class ConsentStage:
+    """Stage 3a: COPPA, GDPR (TCF v2), US privacy; may allow only a contextual bid."""
+
+    def __init__(self, policy: ConsentPolicy):
+        self._policy = policy
+
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        privacy = evaluate(ctx.request, self._policy)
+        ctx.personalize = privacy.personalize
+        return privacy.reason
+
+
+class EligibilityStage:
+    """Stage 3b: the in-memory campaign index narrows to candidates."""
+
+    def __init__(self, book: CampaignBook, policy: EligibilityPolicy):
+        self._book = book
+        self._policy = policy
+
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        result = select(ctx.request, self._book.index, self._policy)
+        if isinstance(result, NoBid):
+            return result
+        ctx.candidates = result
+        return None
+
+
+class SupplyChainStage:
+    """Stage 4: one schain/ads.txt verdict per request, applied per campaign policy."""
+
+    def __init__(self, cache: SupplyCache):
+        self._cache = cache
+
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        request = ctx.request
+        verdict = verify(request.schain, request.domain, request.bundle, self._cache.files)
+        result = apply_policy(ctx.candidates, verdict)
+        if isinstance(result, NoBid):
+            return result
+        ctx.candidates = result
+        return None
+
+
+class ProfileStage:
+    """Stage 5: one user key for the request, and its profile if the cache has it.
+
+    A cache miss never waits: the cache fills in the background and the request goes
+    on without a profile, unless ``miss_nobid`` (``--profile-miss nobid``) says a
+    bid needs one. Without consent to personalize, no key is formed at all.
+    """
+
+    def __init__(self, cache: ProfileCache, miss_nobid: bool = False):
+        self._cache = cache
+        self._miss_nobid = miss_nobid
+
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        if not ctx.personalize:
+            return None
+        ctx.user_key, ctx.household_key = identify(ctx.request, ctx.ssp)
+        if ctx.user_key is None:
+            return None
+        found = self._cache.lookup(ctx.user_key)
+        ctx.profile = found.profile
+        return NoBid.PROFILE_MISS if self._miss_nobid and not found.hit else None
+
+
+# When every candidate is refused, the reason reported is the most telling one.
+_PACING_SEVERITY = (NoBid.BUDGET_UNAVAILABLE, NoBid.NO_LEASE, NoBid.PACED)
+
+
+class PacingStage:
+    """Stage 6: each campaign spends only from this node's lease, at its pacing rate.
+
+    One decision per campaign per request (the pacing draw must not be repeated for
+    each imp or creative). The bound checked against the lease is the most one
+    impression can cost: the price is not known until stage 8.
+    """
+
+    def __init__(self, pacer: NodePacer):
+        self._pacer = pacer
+
+    @property
+    def pacer(self) -> NodePacer:
+        return self._pacer
+
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        decided: dict[str, NoBid | None] = {}
+        kept: list[Candidate] = []
+        for candidate in ctx.candidates:
+            campaign = candidate.campaign
+            if campaign.id not in decided:
+                bound = cost_of(campaign.max_bid_cpm_micros)
+                decided[campaign.id] = self._pacer.admit(campaign.id, bound)
+            if decided[campaign.id] is None:
+                kept.append(candidate)
+        ctx.candidates = kept
+        if kept:
+            return None
+        reasons = set(decided.values())
+        return next((r for r in _PACING_SEVERITY if r in reasons), NoBid.NO_CAMPAIGNS)
+
+
+class FcapStage:
+    """Stage 7: one Valkey round trip checks every candidate's caps (module ``fcap``).
+
+    Candidates without caps cost nothing: when none has one, the stage stays pure and
+    the pipeline arms no timer. Reserve-at-bid slots that do not become a bid are
+    released in the background once the answer is known (``Context.finish``).
+    """
+
+    def __init__(self, capper: FrequencyCapper, book: CampaignBook, clock: Clock):
+        self._capper = capper
+        self._book = book
+        self._clock = clock
+        self._releases: set[asyncio.Task[None]] = set()
+
+    @property
+    def releasing(self) -> int:
+        """Slot releases still in flight."""
+        return len(self._releases)
+
+    def __call__(self, ctx: Context, deadline: float) -> StageResult | Awaitable[StageResult]:
+        subjects = self._book.cap_subjects
+        pairs = [(c, subjects[c.campaign.id, c.creative.id]) for c in ctx.candidates]
+        if not any(subject.has_caps for _, subject in pairs):
+            return None
+        return self._check(ctx, pairs, deadline)
+
+    async def _check(
+        self, ctx: Context, pairs: list[tuple[Candidate, Subject]], deadline: float
+    ) -> NoBid | None:
+        unique = list(dict.fromkeys(subject for _, subject in pairs))
+        verdict = await self._capper.check(
+            unique, ctx.user_key, ctx.household_key, self._clock.wall_ms(), deadline
+        )
+        if verdict.reservations:
+            ctx.finishers.append(lambda bids: self._release_unbid(verdict, bids))
+        ctx.candidates = [c for c, subject in pairs if verdict.allows(subject)]
+        if ctx.candidates:
+            return None
+        return NoBid.CAPPED if verdict.capped else NoBid.FCAP_UNAVAILABLE
+
+    def _release_unbid(self, verdict: Verdict, bids: Sequence[PricedCandidate]) -> None:
+        bid = {(b.candidate.campaign.id, b.candidate.creative.id) for b in bids}
+        for subject, reservation in verdict.reservations.items():
+            if (subject.campaign_id, subject.creative_id) not in bid:
+                self._spawn(reservation)
+
+    def _spawn(self, reservation: Reservation) -> None:
+        task = asyncio.get_running_loop().create_task(self._capper.release(reservation))
+        self._releases.add(task)  # a task nobody references can be collected mid-flight
+        task.add_done_callback(self._releases.discard)
+
+
+class ScoreStage:
+    """Stage 8: all candidates scored in one batch, priced, shaded, floor-checked.
+
+    The creatives' own feature columns come from the book (computed at campaign load).
+    """
+
+    def __init__(self, pricer: Pricer, book: CampaignBook):
+        self._pricer = pricer
+        self._book = book
+
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        columns = self._book.feature_columns
+        try:
+            priced = self._pricer.price(ctx.request, ctx.ssp, ctx.profile, ctx.candidates, columns)
+        except ScoringError:
+            return NoBid.SCORE_ERROR
+        ctx.priced.extend(PricedCandidate(candidate, price) for candidate, price in priced)
+        return None if ctx.priced else NoBid.FLOOR
+
+
+class PriceStage:
+    """Stage 8 without a model: the base bid (kept until the worker switches to ScoreStage)."""
+
+    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        for candidate in ctx.candidates:
+            price = base_price(candidate)
+            if price is not None:
+                ctx.priced.append(PricedCandidate(candidate, price))
+        return None if ctx.priced else NoBid.FLOOR

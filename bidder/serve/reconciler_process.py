@@ -1,0 +1,54 @@
+"""The reconciler as a supervised child process of ``bidsim serve`` and the tests.
+
+The reconciler ticks on its own (``pacing.reconciler``): it must not share a
+process with a bid worker (its boto3 calls would take the GIL from the hot path),
+and running it as a separate process is also what lets a test stall or kill it the
+way the design's failure modes say. It dies with its parent (``PR_SET_PDEATHSIG``)
+and stops on SIGTERM; its output goes to a log file that lives as long as it does
+(``ChildProcess.log_tail`` shows the end of it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from bidder.serve.settings import Settings
+from bidder.stack.local import ChildProcess
+
+
+def reconciler_argv(settings: Settings) -> list[str]:
+    if settings.valkey_url is None or settings.aws_endpoint is None:
+        raise ValueError("the reconciler needs --valkey and --aws-endpoint")
+    argv = [
+        sys.executable, "-m", "bidder", "reconciler",
+        "--valkey", settings.valkey_url,
+        "--aws-endpoint", settings.aws_endpoint,
+        "--region", settings.aws_region,
+        "--tick-s", str(settings.pacing_tick_s),
+        "--breaker-window-s", str(settings.breaker_window_s),
+        "--stream", settings.spend_stream,
+        "--spend-table", settings.spend_table,
+        "--campaign-table", settings.campaigns_table,
+    ]  # fmt: skip
+    if settings.valkey_cluster:
+        argv.append("--valkey-cluster")
+    if settings.pacing_curves is not None:
+        argv += ["--curves", str(settings.pacing_curves)]
+    return argv
+
+
+@contextlib.contextmanager
+def running_reconciler(settings: Settings) -> Iterator[ChildProcess]:
+    """Start the reconciler; stop it (SIGTERM, then SIGKILL after a grace) on exit."""
+    log_dir = Path(tempfile.mkdtemp(prefix="bidsim-reconciler-"))
+    child = ChildProcess("reconciler", reconciler_argv(settings), log_dir / "reconciler.log")
+    try:
+        yield child
+    finally:
+        child.stop()
+        shutil.rmtree(log_dir, ignore_errors=True)

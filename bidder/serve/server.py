@@ -1,0 +1,192 @@
+"""The running bidder: resources ready, workers and reconciler up, admin port open.
+
+``running_bidder`` is the one way to bring the service up, used by
+``bidsim serve`` and by ``bidsim replay`` without ``--target``. It expects the
+Valkey and AWS endpoints to exist already (see ``bidder.stack.local``). As supervisor it
+prepares what workers only use (campaigns loaded, the spend stream, archive bucket
+and profile table created, one notice signing key for all workers), checks the
+model artifact once so a bad one is a clean error, starts the reconciler, and
+returns once every worker holds its first pacing leases: a replay then measures
+the steady state, not the first tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from aiohttp import web
+from botocore.exceptions import BotoCoreError, ClientError
+
+from bidder.adapters.aws import aws_client
+from bidder.adapters.campaign_store import CampaignTable
+from bidder.adapters.valkey import connect_sync
+from bidder.core.campaigns import campaign_to_doc, load_campaign_file
+from bidder.core.tokens import generate_key
+from bidder.decide.profiles import ProfileStoreError, ProfileTable
+from bidder.serve.admin import build_admin_app
+from bidder.serve.assemble import pacing_node_id
+from bidder.serve.reconciler_process import running_reconciler
+from bidder.serve.settings import Settings
+from bidder.serve.workers import PoolCollector, WorkerPool
+from bidder.winloop.spend_stream import ensure_ledger_resources
+from models.scorer import ModelHandle
+from pacing.lease_store import leases_key
+
+log = logging.getLogger(__name__)
+
+_LEASE_WAIT_TICKS = 3
+_LEASE_WAIT_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True)
+class RunningBidder:
+    bid_url: str
+    admin_url: str
+    pool: WorkerPool
+
+
+def load_campaigns(path: Path, settings: Settings) -> int:
+    """Validate a campaign file and make the store hold exactly its campaigns."""
+    campaigns = load_campaign_file(path)
+    if settings.aws_endpoint is None:
+        raise ValueError("no AWS endpoint to load campaigns into")
+    client = aws_client("dynamodb", settings.aws_endpoint, settings.aws_region)
+    table = CampaignTable(client, settings.campaigns_table)
+    table.ensure_table()
+    table.replace_all([campaign_to_doc(c) for c in campaigns])
+    return len(campaigns)
+
+
+class PrepareError(ValueError):
+    """A resource the workers need could not be made; the message names it."""
+
+
+def prepare_resources(settings: Settings) -> None:
+    """What the workers need to exist, made by the supervisor (blocking: boto3)."""
+    ModelHandle.load(settings.model_dir)  # raises ArtifactError naming what disagrees
+    if settings.aws_endpoint is None:
+        raise PrepareError("no AWS endpoint for campaigns, profiles and the spend stream")
+    try:
+        _prepare_aws(settings, settings.aws_endpoint)
+    except (BotoCoreError, ClientError, ProfileStoreError) as exc:
+        raise PrepareError(
+            f"cannot prepare AWS resources at {settings.aws_endpoint}: {exc}"
+        ) from exc
+
+
+def _prepare_aws(settings: Settings, endpoint: str) -> None:
+    if settings.campaigns_path is not None:
+        load_campaigns(settings.campaigns_path, settings)
+    ensure_ledger_resources(
+        endpoint,
+        settings.aws_region,
+        settings.spend_stream,
+        settings.archive_bucket,
+        settings.archive_retention_days,
+    )
+    dynamodb = aws_client("dynamodb", endpoint, settings.aws_region)
+    ProfileTable(dynamodb, settings.profiles_table).ensure_table()
+
+
+def with_shared_notice_key(settings: Settings) -> Settings:
+    """Settings whose workers all sign and verify with one key.
+
+    Without ``--notice-key`` each worker would make its own, and a notice reaching
+    another worker than the one that bid would be refused. The generated key dies
+    with this process: notices of bids made before a restart are refused.
+    """
+    if settings.notice_keys:
+        return settings
+    log.warning("no --notice-key: notices are signed with a key made for this run only")
+    return settings.replace(notice_keys=(("run", generate_key()),))
+
+
+@contextlib.asynccontextmanager
+async def running_bidder(settings: Settings) -> AsyncIterator[RunningBidder]:
+    await asyncio.to_thread(prepare_resources, settings)
+    settings = with_shared_notice_key(settings)
+    with _metrics_dir() as metrics_dir:
+        pool = WorkerPool(settings)
+        await pool.start()
+        runner = web.AppRunner(
+            build_admin_app(
+                metrics_dir,
+                pool.alive,
+                settings.workers,
+                settings.valkey_url,
+                settings.valkey_cluster,
+                collectors=[PoolCollector(pool)],
+            ),
+            access_log=None,
+        )
+        try:
+            with contextlib.ExitStack() as reconciler:
+                if settings.reconciler:
+                    reconciler.enter_context(running_reconciler(settings))
+                    nodes = [pacing_node_id(pid) for pid in pool.pids]
+                    await asyncio.to_thread(wait_for_leases, settings, nodes)
+                await runner.setup()
+                await web.TCPSite(runner, settings.host, settings.admin_port).start()
+                yield RunningBidder(
+                    bid_url=f"http://{settings.host}:{settings.port}",
+                    admin_url=f"http://{settings.host}:{settings.admin_port}",
+                    pool=pool,
+                )
+        finally:
+            await runner.cleanup()
+            await pool.stop()
+
+
+@contextlib.contextmanager
+def _metrics_dir() -> Iterator[str]:
+    """A fresh Prometheus multi-process directory, set in the environment for workers."""
+    path = tempfile.mkdtemp(prefix="bidsim-metrics-")
+    previous = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    try:
+        yield path
+    finally:
+        if previous is None:
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        else:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = previous
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def wait_for_leases(settings: Settings, nodes: list[str]) -> None:
+    """Until every node in ``nodes`` holds leases and has had time to read them.
+
+    Bounded (3 ticks): after that the bidder serves anyway and answers ``no_lease``.
+    """
+    if settings.valkey_url is None:
+        return
+    deadline = time.monotonic() + _LEASE_WAIT_TICKS * settings.pacing_tick_s
+    try:
+        client = connect_sync(
+            settings.valkey_url, cluster=settings.valkey_cluster, timeout_s=_LEASE_WAIT_TIMEOUT_S
+        )
+    except redis.RedisError as exc:
+        log.warning("cannot see the pacing leases (%s); going on", exc)
+        return
+    try:
+        while time.monotonic() < deadline:
+            if all(client.exists(leases_key(node)) for node in nodes):
+                # Each worker re-reads its leases every lease_refresh_s.
+                time.sleep(1.5 * settings.lease_refresh_s)
+                return
+            time.sleep(0.1)
+        log.warning("workers have no pacing leases yet: bids answer no_lease until they do")
+    except redis.RedisError as exc:
+        log.warning("cannot see the pacing leases (%s); going on", exc)
+    finally:
+        client.close()

