@@ -1,9 +1,17 @@
 # The two commands of the README. Each creates or refreshes .venv first, so a fresh
-# clone needs nothing but Python 3.11 and network access to PyPI.
-PYTHON ?= python3
+# clone needs nothing but Python 3.11, 3.12 or 3.13 and network access to PyPI.
+#
+# A venv belongs to one Python version. Without PYTHON, an existing .venv keeps the
+# Python it was built with; PYTHON=... naming another version rebuilds .venv with it.
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+endif
+PYVER_OF = import sys; print("%d.%d" % sys.version_info[:2])
+PYVER := $(shell $(PYTHON) -c '$(PYVER_OF)' 2>/dev/null)
+# One stamp per Python version, so a change of version is a missing stamp.
+STAMP := $(VENV)/.installed-$(PYVER)
 
 .PHONY: demo test lint venv clean
 
@@ -24,9 +32,15 @@ lint: $(STAMP)
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11) and "bidsim needs Python 3.11 (set PYTHON=...)")'
+	@$(PYTHON) -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13) and "bidsim needs Python 3.11, 3.12 or 3.13 (set PYTHON=...)")'
+	@old=$$([ -x $(BIN)/python ] && $(BIN)/python -c '$(PYVER_OF)'); \
+	if [ -n "$$old" ] && [ "$$old" != "$(PYVER)" ]; then \
+		echo "make: $(VENV) has Python $$old, PYTHON=$(PYTHON) is $(PYVER): rebuilding $(VENV)"; \
+		rm -rf $(VENV); \
+	fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	rm -f $(VENV)/.installed*
 	touch $(STAMP)
 
 clean:

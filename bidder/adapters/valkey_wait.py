@@ -9,17 +9,16 @@ still on its way, so it drops that connection (``read_response`` disconnects on 
 exception), and the next command to take a connection from the pool pays a
 reconnect first: TCP connect, then ``CLIENT SETINFO``, each a wake-up of the server.
 On the bid path a call is late when the machine is busy, and the reconnect then
-makes the next call late too. Measured before this module, one worker at closed-loop
-saturation: the fcap server accepted about one new connection for every ten
-commands. A late call left to finish gives its connection back clean when its answer
-comes, or drops it at the client's socket timeout.
+makes the next call late too: cancelling at closed-loop saturation costs the server
+about one new connection for every ten commands. A late call left to finish gives its
+connection back clean when its answer comes, or drops it at the client's socket timeout.
 
 Bound: at most ``limit`` calls are left running at once per ``Waiter``. A stalled
 server would otherwise collect one per request until the socket timeout; past the
-bound a late call is cancelled (and its connection dropped) as before.
+bound a late call is cancelled and its connection dropped.
 
 What a call left running does, it does: a script sent is run by the server whether
-or not anyone waits for its answer (that was so when it was cancelled too).
+or not anyone waits for its answer, as it would be if the call were cancelled.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The chaos suite (issue 8): each scenario replays a stream through the whole embedded
+"""The chaos suite: each scenario replays a stream through the whole embedded
 stack while a fault is injected, and checks the design's behaviour with figures.
 
 ``run_scenarios(names, ScenarioOptions(workdir, short=...))`` runs them in order;

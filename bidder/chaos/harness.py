@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 CAMPAIGNS = REPO / "fixtures" / "openrtb" / "campaigns.json"
 SAMPLE_STREAM = REPO / "fixtures" / "openrtb" / "sample-stream.jsonl.gz"
 STEADY_MIN_RATIO = 0.9999
-"""Issue 8 acceptance: answers within the deadline at half of saturation, no fault."""
+"""The acceptance figure: answers within the deadline at half of saturation, no fault."""
 FLOOR_MIN_RATIO = 0.95
 """Scenarios with no healthy phase to compare with (the others check the drop under
 the fault, ``result.FAULT_RATIO_MARGIN``): the client's view on a shared 2-core machine

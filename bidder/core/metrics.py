@@ -51,7 +51,7 @@ PROFILE_FILL_LATENCY = Histogram(
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
 
-# --- ids, notices and the ledger (issue 6) ------------------------------------------
+# --- ids, notices and the ledger ------------------------------------------
 NOTICES_REJECTED = Counter(
     "bidsim_notices_rejected", "Notices refused with a 400, by kind and reason.", ["kind", "reason"]
 )
@@ -99,7 +99,7 @@ DEFERRED_REPLAYED = Counter(
     ["outcome"],
 )
 
-# --- overload (issue 8): shedding before the body is read -------------------------------
+# --- overload: shedding before the body is read -------------------------------
 SHED = Counter("bidsim_shed", "Bid requests shed at once (204 overloaded), by cause.", ["cause"])
 SHED_IN_FLIGHT = SHED.labels("in_flight")
 SHED_LOOP_LAG = SHED.labels("loop_lag")

@@ -15,7 +15,7 @@ import enum
 class NoBid(enum.Enum):
     """Why a request got no bid. The value is the wire label (header, metric).
 
-    Grouped by the hot-path stage that gives them (see ``bidder.pipeline.runner``).
+    Grouped by the hot-path stage that gives them (see ``docs/architecture.md``).
     """
 
     # Stage 1: parse + shape check.

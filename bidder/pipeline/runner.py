@@ -2,22 +2,10 @@
 
 Every stage has one contract: ``stage(ctx, deadline)`` either narrows
 ``ctx.candidates`` (and may attach prices) and returns None, or returns the
-``NoBid`` reason that ends the auction for us. Stages run in the order of the
-design's hot path, cheapest first, because ~97% of requests end in a no-bid and
-the cheapest stage that can decide should:
-
-    1. parse + shape check          bidder.openrtb.request (before the pipeline: it makes ctx)
-    2. partner rate limit           bidder.decide.ratelimit, in the handler before the body is read
-    3. consent, then eligibility    bidder.decide.consent, bidder.decide.eligibility
-    4. supply chain                 bidder.supply.schain (caches: bidder.supply.files)
-    5. identity + profile           bidder.decide.identity, bidder.decide.profile_cache
-    6. budget / pacing              pacing.node
-    7. frequency cap                fcap.capper
-    8. score + price                models.serving
-    8b. supply-path dedup           bidder.pipeline.auction_claims (only a request about to bid)
-    9. respond                      bidder.pipeline.response (after the pipeline)
-
-The wiring, in this order, is ``bidder.serve.assemble``.
+``NoBid`` reason that ends the auction for us. Stages run cheapest first, because
+~97% of requests end in a no-bid and the cheapest stage that can decide should. The
+stage table (order, code, no-bid reasons) is in ``docs/architecture.md``; the wiring,
+in that order, is ``bidder.serve.assemble``.
 
 Deadline enforcement. A pure stage returns its answer directly; a stage that
 does I/O returns an awaitable, and only then does the pipeline arm

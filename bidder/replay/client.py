@@ -5,7 +5,7 @@ bidder under test, and aiohttp's client spends about three times the CPU per req
 (measured: ~64 us against ~20 us, 64 concurrent keep-alive requests, uvloop). A replay
 needs only a fixed host, pre-built request bytes, the status, two headers and the body.
 (Reading with ``recvmsg`` for kernel timestamps, below, costs ~3 us more per request
-than uvloop's own transports did: 20-26 against 18-23 us, 32 concurrent requests.)
+than uvloop's own transports: 20-26 against 18-23 us, 32 concurrent requests.)
 
 Theory of operation. ``HttpPool`` keeps persistent connections to one host:port, one
 request at a time on each (no pipelining). ``send`` takes an idle connection (the most
@@ -25,8 +25,8 @@ receive timestamps (``SO_TIMESTAMPNS``) and reads with ``recvmsg``, so
 ``Response.arrived_ns`` is when the last bytes of the answer reached the socket. On a
 small machine the load generator shares the cores with the bidder; the time it waited
 for a core before reading an answer is its own delay, and a dedicated load-generator
-host would not add it. (Measured before: half of the answers counted late in the chaos
-suite's ``steady`` were late only on the client's side of the socket.) Without kernel
+host would not add it (timed at the read, half of the answers counted late in the chaos
+suite's ``steady`` are late only on the client's side of the socket). Without kernel
 timestamps (another OS) it falls back to the time of the read. So connections use their
 own minimal transport: a non-blocking socket with ``add_reader``, and writes that go
 out at once (a request is a few KB) or, when the socket buffer is full, as the socket

@@ -1,4 +1,4 @@
-"""Live acceptance (issue 4): the ledger sums to the DynamoDB spend totals, to the micro.
+"""Live acceptance: the ledger sums to the DynamoDB spend totals, to the micro.
 
 A short bidstream goes through the whole embedded stack (private Valkey and moto, two
 bid workers, the reconciler process ticking every second) while the exchange model

@@ -1,4 +1,4 @@
-"""``budget_unreadable`` (issue 8, scenario 1): budget state unreadable -> fail closed.
+"""``budget_unreadable``: budget state unreadable -> fail closed.
 
 What is injected: the Valkey server holding the pacing leases is frozen (SIGSTOP)
 mid-replay, after the workers have read their leases: from then on no node can read

@@ -1,4 +1,4 @@
-"""``duplicate_auctions`` (issue 8, scenario 4): one bid per impression across SSPs.
+"""``duplicate_auctions``: one bid per impression across SSPs.
 
 What is injected: a duplicate-heavy stream (``duplicate_share`` 0.5: half the auction
 events are sent through 2-3 SSPs a few ms apart, sharing ``source.tid``) replayed

@@ -1,4 +1,4 @@
-"""``master_failover`` (issue 8, scenario 6): a Valkey Cluster master killed mid-replay.
+"""``master_failover``: a Valkey Cluster master killed mid-replay.
 
 What is injected: on a 3-master, 1-replica-each local cluster, the master serving the
 pacing live-nodes key is killed with SIGKILL (``LocalValkeyCluster.kill``) at the

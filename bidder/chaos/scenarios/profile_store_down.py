@@ -1,4 +1,4 @@
-"""``profile_store_down`` (issue 8, scenario 5): DynamoDB stalled, then down -> fail-soft.
+"""``profile_store_down``: DynamoDB stalled, then down -> fail-soft.
 
 What is injected: the moto server (DynamoDB: profiles, campaigns, spend totals; and
 Kinesis) is frozen (SIGSTOP: reads hang until their timeout) once a third of the fault

@@ -1,4 +1,4 @@
-"""``runaway_spend`` (issue 8, scenario 2): the circuit breaker pauses a runaway campaign.
+"""``runaway_spend``: the circuit breaker pauses a runaway campaign.
 
 What is injected: a rogue node (``bidder.chaos.rogue``) bills one campaign straight
 into the spend stream at ``MULTIPLE`` x its target rate, while a stream is replayed.

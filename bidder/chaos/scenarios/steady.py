@@ -1,4 +1,4 @@
-"""``steady``: no fault. The issue 8 acceptance replay.
+"""``steady``: no fault. The acceptance replay.
 
 The sample stream (``fixtures/openrtb/sample-stream.jsonl.gz``, 6,000 requests)
 against 2 workers on a 3-master local Valkey Cluster, at half of saturation: no 5xx,

@@ -1,4 +1,4 @@
-"""``surge`` (issue 8, scenario 3): a 10x surge is shed with fast 204s, memory bounded.
+"""``surge``: a 10x surge is shed with fast 204s, memory bounded.
 
 One worker at the production deadline (8 ms). A warm-up pass at the sample stream's
 rate (400 req/s), then the surge: a stream replayed open-loop at ten times that rate.

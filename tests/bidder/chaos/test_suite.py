@@ -1,4 +1,4 @@
-"""The chaos suite's short form (issue 8): each scenario, on its own stack, must pass.
+"""The chaos suite's short form: each scenario, on its own stack, must pass.
 
 Each test calls the same scenario function ``scripts/chaos.py`` runs, with
 ``short=True`` (small streams, a few seconds of replay), and asserts it passed; a

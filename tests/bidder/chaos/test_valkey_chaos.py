@@ -1,4 +1,4 @@
-"""Live acceptance (issue 3): Valkey paused, resumed, killed and restarted mid-replay.
+"""Live acceptance: Valkey paused, resumed, killed and restarted mid-replay.
 
 A bidstream is replayed open-loop (300 req/s) through the full embedded stack on a
 private LocalStack (one bid worker, the reconciler ticking every 2 s, the real 8 ms
