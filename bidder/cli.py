@@ -33,7 +33,8 @@ from bidder.serve.cli_options import (
 from bidder.serve.server import load_campaigns, running_bidder
 from bidder.serve.settings import Settings, SettingsError
 from bidder.serve.workers import WorkerPoolError
-from bidder.stack.local import LocalStack, StackError, free_port
+from bidder.stack.child import StackError, free_port
+from bidder.stack.local import LocalStack
 from models.cli import add_commands as model_commands
 from pacing.cli import add_commands as pacing_commands
 

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from bidder.adapters.campaign_store import CampaignTable, StoreError
 from bidder.bidstream.stream import StreamFormatError
-from bidder.stack.local import StackError
+from bidder.stack.child import StackError
 from pacing.curves import BUILTIN, Curve, CurveError, curve_from_stream, load_curve_file
 from pacing.pid import PidGains
 from pacing.reconcile import DEFAULT_GAINS, PacingConfig

@@ -53,7 +53,8 @@ from bidder.replay.report import (
 from bidder.serve.cli_options import add_bidder_options, settings_from_args
 from bidder.serve.server import running_bidder
 from bidder.serve.settings import Settings
-from bidder.stack.local import LocalStack, free_port
+from bidder.stack.child import free_port
+from bidder.stack.local import LocalStack
 
 BURST_SSP = "ssp-delta"
 HOURS = 24

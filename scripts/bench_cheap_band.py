@@ -59,7 +59,8 @@ from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import prepare_resources, wait_for_leases
 from bidder.serve.settings import Settings
 from bidder.serve.worker import start_background, stop_background
-from bidder.stack.local import LocalStack, free_port
+from bidder.stack.child import free_port
+from bidder.stack.local import LocalStack
 
 ROOT = Path(__file__).resolve().parents[1]
 BANNER = ROOT.parent / "shared/external/openrtb/requests/001_iab26_spec-6.2.1-simple-banner.json"

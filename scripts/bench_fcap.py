@@ -41,8 +41,8 @@ import uvloop
 
 from bidder.adapters.valkey import connect_pipelined
 from bidder.core.campaigns import Campaign, CapPolicy, Creative, FrequencyCap
+from bidder.stack.child import free_port
 from bidder.stack.cluster import ValkeyNode
-from bidder.stack.local import free_port
 from fcap.rules import Subject, subject_for
 from fcap.store import FcapStore, connect
 

@@ -55,7 +55,7 @@ from bidder.bidstream.stream import StreamRecord, read_stream
 from bidder.replay.client import HttpPool
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import latency_ms
-from bidder.stack.local import free_port
+from bidder.stack.child import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BANNER = ROOT.parent / "shared/external/openrtb/requests/001_iab26_spec-6.2.1-simple-banner.json"

@@ -44,8 +44,8 @@ from redis.asyncio import ConnectionPool, Redis
 from bidder.adapters.valkey import connect_async, connect_pipelined
 from bidder.adapters.valkey_pipelined import PipelinedConnection, pack
 from bidder.adapters.valkey_wait import Waiter
+from bidder.stack.child import free_port
 from bidder.stack.cluster import ValkeyNode
-from bidder.stack.local import free_port
 
 KEY = "u:{b:bench-user}"
 FIELDS = [f"c{n:04d}:d:20454" for n in range(10)]

@@ -38,7 +38,8 @@ from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, status_classes
 from bidder.serve.server import running_bidder
 from bidder.serve.settings import Settings
-from bidder.stack.local import LocalStack, free_port
+from bidder.stack.child import free_port
+from bidder.stack.local import LocalStack
 from models.cli import add_commands
 
 ROOT = Path(__file__).resolve().parents[1]

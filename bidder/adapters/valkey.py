@@ -76,7 +76,6 @@ from redis.retry import Retry
 
 from bidder.adapters.valkey_pipelined import Address, PipelinedConnection
 from bidder.adapters.valkey_wait import retrieve
-from bidder.stack.local import normalize_valkey_url
 
 AsyncValkey = aioredis.Redis | aioredis.RedisCluster
 SyncValkey = redis.Redis | redis.RedisCluster
@@ -85,6 +84,14 @@ REFRESH_MIN_INTERVAL_S = 0.1
 """Slot-map reloads of one asyncio cluster client are at least this far apart: at
 most a tenth of a second of extra failures after a promotion, and at most ten
 reloads a second (each one reconnects every connection) while a master is dead."""
+
+
+def normalize_valkey_url(url: str) -> str:
+    """Map ``valkey://`` / ``valkeys://`` to the schemes redis-py knows; keep the rest."""
+    for ours, theirs in (("valkey://", "redis://"), ("valkeys://", "rediss://")):
+        if url.startswith(ours):
+            return theirs + url[len(ours) :]
+    return url
 
 
 def _options(timeout_s: float) -> dict[str, Any]:

@@ -26,7 +26,8 @@ from bidder.serve.assemble import pacing_node_id
 from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import RunningBidder, running_bidder, wait_for_leases
 from bidder.serve.settings import Settings
-from bidder.stack.local import ChildProcess, LocalStack, free_port
+from bidder.stack.child import ChildProcess, free_port
+from bidder.stack.local import LocalStack
 
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGNS = REPO / "fixtures" / "openrtb" / "campaigns.json"

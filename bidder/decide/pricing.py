@@ -1,8 +1,9 @@
-"""Stage 8 until scoring lands: price each candidate from its campaign's bids.
+"""The base price of a candidate whose campaign has no click value, so is not scored.
 
-The price is the campaign's base bid, raised to the impression's floor when the
-floor is higher, and never above the campaign's max bid (eligibility already
-dropped campaigns whose max is under the floor). All CPM, integer micros.
+Stage 8 (``models.serving``) prices such candidates here: the campaign's base bid,
+raised to the impression's floor when the floor is higher, and never above the
+campaign's max bid (eligibility already dropped campaigns whose max is under the
+floor). All CPM, integer micros.
 """
 
 from __future__ import annotations

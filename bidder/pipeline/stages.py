@@ -11,7 +11,6 @@ from bidder.core.nobid import NoBid
 from bidder.decide.consent import ConsentPolicy, evaluate
 from bidder.decide.eligibility import Candidate, EligibilityPolicy, select
 from bidder.decide.identity import identify
-from bidder.decide.pricing import base_price
 from bidder.decide.profile_cache import ProfileCache
 from bidder.pipeline.campaign_book import CampaignBook
 from bidder.pipeline.runner import Context, PricedCandidate, StageResult
@@ -194,15 +193,4 @@ class ScoreStage:
         except ScoringError:
             return NoBid.SCORE_ERROR
         ctx.priced.extend(PricedCandidate(candidate, price) for candidate, price in priced)
-        return None if ctx.priced else NoBid.FLOOR
-
-
-class PriceStage:
-    """Stage 8 without a model: the base bid (kept until the worker switches to ScoreStage)."""
-
-    def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
-        for candidate in ctx.candidates:
-            price = base_price(candidate)
-            if price is not None:
-                ctx.priced.append(PricedCandidate(candidate, price))
         return None if ctx.priced else NoBid.FLOOR

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs
 import aiohttp
 from aiohttp import web
 
-from bidder.stack.local import free_port
+from bidder.stack.child import free_port
 
 
 class NoticeRecorder:

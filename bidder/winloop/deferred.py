@@ -14,9 +14,10 @@ from a paused Valkey, a spool write that failed after the SET); the replay then
 finds the key holding *its own* ledger id and bills, instead of taking its own
 earlier attempt for a duplicate.
 
-The files reuse the ledger spool's machinery (``bidder.winloop.spool``): one segment per
-process, held under ``flock``, records framed with length and CRC32, and a
-``.ack`` offset recording how far replay got. A segment whose lock is free
+The files reuse the ledger spool's machinery (``bidder.winloop.spool``): one segment
+per process, held under ``flock``, records framed with length and CRC32 and appended
+by group commit (``bidder.winloop.group_commit``: concurrent notices share one fsync),
+and a ``.ack`` offset recording how far replay got. A segment whose lock is free
 belongs to a dead process and is adopted (at ``open`` and every
 ``adopt_every_s``): a notice acknowledged with 202 survives ``kill -9``. A
 segment whose records are all settled is deleted (the active one is rolled).
@@ -35,7 +36,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ import orjson
 from bidder.core import metrics
 from bidder.core.clock import Clock
 from bidder.core.tokens import NoticeClaims
+from bidder.winloop.group_commit import GroupCommit
 from bidder.winloop.spool import Segment, Spool
 
 log = logging.getLogger(__name__)
@@ -121,14 +123,6 @@ class _Entry:
     billable: Billable
 
 
-@dataclass(eq=False)
-class _Write:
-    billable: Billable
-    done: asyncio.Future[None] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-
-
 class DeferredJournal:
     def __init__(
         self, directory: Path, clock: Clock, *, retry_s: float = 1.0, adopt_every_s: float = 30.0
@@ -142,8 +136,7 @@ class DeferredJournal:
         self._segs: list[_Seg] = []
         self._active: _Seg | None = None
         self._queue: deque[_Entry] = deque()
-        self._writes: list[_Write] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._commits = GroupCommit(self._write, JournalError, "deferred journal")
         self._wake = asyncio.Event()
         self._next_adopt = 0.0
 
@@ -160,11 +153,7 @@ class DeferredJournal:
 
     async def append(self, billable: Billable) -> None:
         """Return once ``billable`` is fsync'd; JournalError when it can't be."""
-        write = _Write(billable)
-        self._writes.append(write)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write_all())
-        await asyncio.shield(write.done)
+        await self._commits.submit(billable)
 
     async def replay(self, settle: Settle) -> bool:
         """Settle queued notices in order; False when one can't be settled yet."""
@@ -221,9 +210,7 @@ class DeferredJournal:
 
     async def close(self) -> None:
         """Finish pending writes and release every segment; what is unsettled stays on disk."""
-        if self._writer is not None:
-            with contextlib.suppress(Exception):
-                await self._writer
+        await self._commits.drain()
         async with self._lock:
             for seg in self._segs:
                 empty = seg.queued == 0
@@ -232,28 +219,16 @@ class DeferredJournal:
             self._active = None
         self._disk.shutdown(wait=False)
 
-    async def _write_all(self) -> None:
-        while self._writes:
-            writes, self._writes = self._writes, []
-            try:
-                async with self._lock:
-                    await self._write(writes)
-            except Exception as exc:  # disk full, I/O error: no safe 2xx for these notices
-                log.error("deferred journal write failed for %d notices: %s", len(writes), exc)
-                for write in writes:
-                    write.done.set_exception(JournalError(str(exc)))
-                continue
-            for write in writes:
-                write.done.set_result(None)
-
-    async def _write(self, writes: list[_Write]) -> None:
-        seg = self._active
-        if seg is None:
-            raise JournalError("the deferred journal is not open")
-        records = [write.billable.encode() for write in writes]
-        ends = await self._in_disk(seg.segment.append, records)
-        for write, end in zip(writes, ends, strict=True):
-            self._queue_entry(_Entry(seg, end, write.billable))
+    async def _write(self, billables: list[Billable]) -> None:
+        """Append and fsync one batch (group commit), then queue it for replay."""
+        async with self._lock:
+            seg = self._active
+            if seg is None:
+                raise JournalError("the deferred journal is not open")
+            records = [billable.encode() for billable in billables]
+            ends = await self._in_disk(seg.segment.append, records)
+            for billable, end in zip(billables, ends, strict=True):
+                self._queue_entry(_Entry(seg, end, billable))
         metrics.DEFERRED_DEPTH.set(len(self._queue))
         self._wake.set()
 

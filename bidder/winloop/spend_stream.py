@@ -1,15 +1,15 @@
 """The ledger producer: durable append, then batches to the spend stream, then the archive.
 
-Theory of operation. ``append`` queues an entry for the spool writer and returns
-once it is fsync'd (``bidder.winloop.spool``): group commit, so concurrent notices share
-one write and one fsync. Written entries wait in memory, in order, for ``ship``,
-which sends up to 500 of them (Kinesis' PutRecords limit) in one call, partition
-key = campaign id, and records per segment how far everything has been accepted;
-``run`` lets a partial batch gather for ``LINGER_S`` before sending it. Records the
-stream refused (partial failure) or a failed call stay queued and are sent again
-later: while the stream is down the spool simply grows, and drains when it returns.
-A segment is rolled (a new one opened) past ``roll_bytes`` or
-``roll_s``; a rolled segment whose entries are all in the stream is archived
+Theory of operation. ``append`` returns once the entry is fsync'd in the spool
+(``bidder.winloop.spool``), by group commit (``bidder.winloop.group_commit``):
+concurrent notices share one write and one fsync. Written entries wait in memory, in
+order, for ``ship``, which sends up to 500 of them (Kinesis' PutRecords limit) in one
+call, partition key = campaign id, and records per segment how far everything has
+been accepted; ``run`` lets a partial batch gather for ``LINGER_S`` before sending
+it. Records the stream refused (partial failure) or a failed call stay queued and are
+sent again later: while the stream is down the spool simply grows, and drains when it
+returns. A segment is rolled (a new one opened) past ``roll_bytes`` or ``roll_s``;
+a rolled segment whose entries are all in the stream is archived
 (``bidder.winloop.archive``) and deleted. Segments of dead processes are adopted at
 ``open`` and every ``adopt_every_s``, and drained the same way.
 
@@ -32,7 +32,7 @@ import tempfile
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -44,6 +44,7 @@ from bidder.core import metrics
 from bidder.core.clock import Clock
 from bidder.core.ledger import LedgerEntry, LedgerFormatError, decode_entry
 from bidder.winloop.archive import LedgerArchive
+from bidder.winloop.group_commit import GroupCommit
 from bidder.winloop.spool import Segment, Spool
 
 log = logging.getLogger(__name__)
@@ -124,12 +125,6 @@ class _Pending:
     entry: LedgerEntry
 
 
-@dataclass(eq=False)
-class _Write:
-    entry: LedgerEntry
-    done: asyncio.Future[None] = field(default_factory=lambda: _loop().create_future())
-
-
 class SpendProducer:
     def __init__(
         self,
@@ -153,8 +148,7 @@ class SpendProducer:
         self._segments: list[_Tracked] = []
         self._active: _Tracked | None = None
         self._unsent: deque[_Pending] = deque()
-        self._writes: list[_Write] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._commits = GroupCommit(self._write, SpoolError, "spool")
         self._wake = asyncio.Event()
         self._next_adopt = 0.0
 
@@ -170,11 +164,7 @@ class SpendProducer:
 
     async def append(self, entry: LedgerEntry) -> None:
         """Return once ``entry`` is fsync'd in the spool; SpoolError when it can't be."""
-        write = _Write(entry)
-        self._writes.append(write)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write_all())
-        await asyncio.shield(write.done)
+        await self._commits.submit(entry)
 
     async def run(self) -> None:
         """Ship, archive and adopt forever (the worker's background task).
@@ -228,7 +218,7 @@ class SpendProducer:
     async def finish_segments(self) -> None:
         """Roll an old active segment; archive and delete fully delivered sealed ones."""
         active = self._active
-        if active is not None and self._due_to_roll(active) and not self._writes:
+        if active is not None and self._due_to_roll(active) and not self._commits.backlog:
             await self._roll()
         for tracked in [t for t in self._segments if t.sealed and t.undelivered == 0]:
             try:
@@ -264,8 +254,7 @@ class SpendProducer:
 
     async def close(self, flush_timeout_s: float = 2.0) -> None:
         """Finish pending writes, try to ship what is queued, release every segment."""
-        if self._writer is not None:
-            await self._writer
+        await self._commits.drain()
         if self._active is not None:
             self._active.sealed = True
             self._active = None
@@ -280,32 +269,20 @@ class SpendProducer:
         self._disk.shutdown(wait=False)
         self._aws.shutdown(wait=False)
 
-    async def _write_all(self) -> None:
-        while self._writes:
-            writes, self._writes = self._writes, []
-            try:
-                await self._write(writes)
-            except Exception as exc:  # disk full, I/O error: those notices are refused
-                log.error("spool write failed for %d entries: %s", len(writes), exc)
-                for write in writes:
-                    write.done.set_exception(SpoolError(str(exc)))
-                continue
-            for write in writes:
-                write.done.set_result(None)
-
-    async def _write(self, writes: list[_Write]) -> None:
+    async def _write(self, entries: list[LedgerEntry]) -> None:
+        """Append and fsync one batch (group commit), then queue it for the stream."""
         tracked = self._active
         if tracked is None:
             raise SpoolError("the producer is not open")
         if self._due_to_roll(tracked):
             tracked = await self._roll()
-        records = [write.entry.encode() for write in writes]
+        records = [entry.encode() for entry in entries]
         ends = await self._in(self._disk, tracked.segment.append, records)
         starts = [tracked.written_end, *ends[:-1]]
         tracked.written_end = ends[-1]
-        for write, start in zip(writes, starts, strict=True):
-            self._queue(_Pending(tracked, start, write.entry))
-        metrics.LEDGER_ENTRIES.labels("spooled").inc(len(writes))
+        for entry, start in zip(entries, starts, strict=True):
+            self._queue(_Pending(tracked, start, entry))
+        metrics.LEDGER_ENTRIES.labels("spooled").inc(len(entries))
         metrics.SPOOL_DEPTH.set(len(self._unsent))
         self._wake.set()
 
@@ -358,10 +335,6 @@ class SpendProducer:
 
     async def _in(self, pool: ThreadPoolExecutor, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
-
-
-def _loop() -> asyncio.AbstractEventLoop:
-    return asyncio.get_running_loop()
 
 
 def _undelivered(segment: Segment) -> list[tuple[int, int, bytes]]:

@@ -9,7 +9,7 @@ import pytest
 from bidder.chaos.observe import WATCHED_FLUSH_S
 from bidder.serve.server import load_campaigns
 from bidder.serve.settings import Settings
-from bidder.stack.local import free_port
+from bidder.stack.child import free_port
 from tests.bidder.live import CAMPAIGNS, REPO, LiveBidder
 
 EXTERNAL = REPO.parent / "shared" / "external" / "openrtb"

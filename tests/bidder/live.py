@@ -35,7 +35,8 @@ from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import prepare_resources
 from bidder.serve.settings import Settings
 from bidder.serve.worker import start_background, start_site, stop_background
-from bidder.stack.local import ChildProcess, LocalStack
+from bidder.stack.child import ChildProcess
+from bidder.stack.local import LocalStack
 
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGNS = REPO / "fixtures" / "openrtb" / "campaigns.json"

@@ -8,7 +8,7 @@ import pytest
 import pytest_asyncio
 
 from bidder.core.campaigns import CapPolicy
-from bidder.stack.local import free_port
+from bidder.stack.child import free_port
 from fcap.capper import FrequencyCapper
 from fcap.store import FcapStore, connect
 from tests.fcap.support import DAY_S, T0, cap, far_deadline, new_user, one_subject

@@ -11,7 +11,7 @@ import pytest
 from bidder.adapters.aws import aws_client
 from bidder.adapters.campaign_store import CampaignTable, StoreError
 from bidder.core.clock import ManualClock
-from bidder.stack.local import free_port
+from bidder.stack.child import free_port
 
 
 @pytest.fixture

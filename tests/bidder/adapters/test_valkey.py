@@ -10,8 +10,8 @@ import redis
 import redis.asyncio as aioredis
 
 from bidder.adapters.valkey import connect_async, connect_sync, warm_up
+from bidder.stack.child import free_port
 from bidder.stack.cluster import LocalValkeyCluster
-from bidder.stack.local import free_port
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,8 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from bidder.adapters.valkey import connect_pipelined
 from bidder.adapters.valkey_pipelined import Address, PipelinedConnection, TooManyPending, pack
+from bidder.stack.child import free_port
 from bidder.stack.cluster import ValkeyNode
-from bidder.stack.local import free_port
 
 args = st.lists(
     st.one_of(st.binary(max_size=64), st.text(max_size=32), st.integers(-(2**63), 2**63 - 1)),

@@ -25,7 +25,7 @@ from bidder.decide.overload import InFlightGate, LagShedder, LoopLag
 from bidder.pipeline.runner import Context, Stage
 from bidder.serve.app import BidderState
 from bidder.serve.settings import Settings, SettingsError
-from bidder.stack.local import free_port
+from bidder.stack.child import free_port
 from tests.bidder.conftest import EXTERNAL
 from tests.bidder.live import Answer, DeadlineProbe, LiveBidder, StagesHook
 

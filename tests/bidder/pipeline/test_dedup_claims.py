@@ -30,8 +30,8 @@ from bidder.pipeline.auction_claims import (
     auction_key,
 )
 from bidder.pipeline.runner import Context
+from bidder.stack.child import free_port
 from bidder.stack.cluster import LocalValkeyCluster, ValkeyNode
-from bidder.stack.local import free_port
 from bidder.supply.ads_txt import AdsRecord, AdsTxt
 from bidder.supply.files import DirectorySource, SupplyCache
 from bidder.supply.path import PathPolicy

@@ -21,7 +21,7 @@ from bidder.decide.ratelimit import parse_rate_limits
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.serve.server import running_bidder
 from bidder.serve.settings import Settings
-from bidder.stack.local import free_port
+from bidder.stack.child import free_port
 from tests.bidder.live import LiveBidder
 
 BOOST = {"ssp-delta": 10.0}

@@ -19,7 +19,7 @@ from bidder.chaos.observe import samples
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.serve.server import running_bidder
 from bidder.serve.settings import Settings
-from bidder.stack.local import free_port
+from bidder.stack.child import free_port
 from models.cli import add_commands
 
 

@@ -11,7 +11,7 @@ import pytest
 from bidder.serve.server import PrepareError, running_bidder
 from bidder.serve.settings import Settings
 from bidder.serve.workers import WorkerPoolError
-from bidder.stack.local import free_port
+from bidder.stack.child import free_port
 from tests.bidder.conftest import EXTERNAL
 
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()

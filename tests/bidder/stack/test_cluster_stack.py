@@ -25,7 +25,8 @@ from bidder.replay.report import ReplayResult, status_classes
 from bidder.serve.assemble import pacing_node_id
 from bidder.serve.server import running_bidder
 from bidder.serve.settings import Settings
-from bidder.stack.local import LocalStack, StackError
+from bidder.stack.child import StackError
+from bidder.stack.local import LocalStack
 from ids.worker_lease import lease_keys
 from pacing.lease_store import leases_key
 from tests.pacing.test_live_ledger import live_settings, notice_outcomes

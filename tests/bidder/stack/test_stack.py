@@ -17,7 +17,8 @@ import pytest
 import redis
 
 from bidder.adapters.aws import aws_client
-from bidder.stack.local import LocalStack, StackError, _ValkeyProcess, free_port
+from bidder.stack.child import StackError, free_port
+from bidder.stack.local import LocalStack
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -144,16 +145,6 @@ def test_unreachable_external_aws_endpoint_is_a_clear_error(local_stack: LocalSt
     with pytest.raises(StackError, match=f"AWS endpoint {endpoint} is not reachable"):
         stack.start()
     assert stack.pids == {}
-
-
-def test_server_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
-    class _BrokenValkey(_ValkeyProcess):
-        def argv(self, port: int, workdir: Path) -> list[str]:
-            return [*super().argv(port, workdir), "--no-such-directive", "yes"]
-
-    with pytest.raises(StackError, match="valkey exited before answering") as caught:
-        _BrokenValkey().start(tmp_path, timeout_s=10)
-    assert "no-such-directive" in str(caught.value)
 
 
 def test_urls_before_start_are_an_error() -> None:

