@@ -48,7 +48,8 @@ import msgspec
 import numpy as np
 import orjson
 
-from bidder.core.campaigns import Campaign, load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
+from bidder.core.campaigns import Campaign
 from bidder.core.clock import ManualClock, SystemClock
 from bidder.decide.eligibility import CampaignIndex, Candidate, EligibilityPolicy, select
 from bidder.decide.identity import identify

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from bidder.core.campaigns import load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import Candidate
 from bidder.openrtb.request import BidRequest, parse_bid_request
