@@ -48,7 +48,8 @@ from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import CampaignIndex, Candidate, EligibilityPolicy, select
 from bidder.decide.identity import identify
 from bidder.decide.profiles import Profile, profile_from_doc, profile_to_doc
-from bidder.openrtb.request import BidRequest, InvalidRequest, parse_bid_request
+from bidder.openrtb.request import InvalidRequest, parse_bid_request
+from bidder.openrtb.view import BidRequest
 from models.synth import click_probability, synth_profile
 
 _DAY = 4_096

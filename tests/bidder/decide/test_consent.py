@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from bidder.bidstream.population import population
 from bidder.bidstream.privacy import user_tcf
 from bidder.decide.consent import ALLOW, CHILD, CONTEXTUAL, REFUSE, ConsentPolicy, evaluate
-from bidder.openrtb.request import BidRequest, parse_bid_request
+from bidder.openrtb.request import parse_bid_request
 from bidder.openrtb.tcf import (
     PubRestriction,
     TcfConsent,
@@ -24,6 +24,7 @@ from bidder.openrtb.tcf import (
     encode_tc_string,
     vendor_view,
 )
+from bidder.openrtb.view import BidRequest
 from tests.bidder.tcf_strategies import tc_consents
 
 POLICY = ConsentPolicy()

@@ -20,7 +20,8 @@ from bidder.decide.eligibility import (
     domain_keys,
     select,
 )
-from bidder.openrtb.request import BidRequest, InvalidRequest, parse_bid_request
+from bidder.openrtb.request import InvalidRequest, parse_bid_request
+from bidder.openrtb.view import BidRequest
 
 REPO = Path(__file__).resolve().parents[3]
 CAMPAIGNS = REPO / "fixtures" / "openrtb" / "campaigns.json"

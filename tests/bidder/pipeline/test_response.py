@@ -16,7 +16,8 @@ from bidder.core.campaigns import Creative
 from bidder.core.clock import ManualClock
 from bidder.core.tokens import TokenSigner
 from bidder.decide.eligibility import Candidate
-from bidder.openrtb.request import BidRequest, Imp, parse_bid_request
+from bidder.openrtb.request import parse_bid_request
+from bidder.openrtb.view import BidRequest, Imp
 from bidder.pipeline.response import (
     BidTemplate,
     NoticeUrls,
