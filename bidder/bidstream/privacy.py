@@ -16,7 +16,7 @@ import random
 from typing import Any
 
 from bidder.bidstream import inventory as inv
-from bidder.bidstream.draw import Auction
+from bidder.bidstream._draw import Auction
 from bidder.bidstream.population import User
 from bidder.bidstream.tcf import TcfConsent, encode_tc_string
 
