@@ -32,9 +32,9 @@ import numpy as np
 from bidder.bidstream import inventory as inv
 from bidder.bidstream._diurnal import day_fractions
 from bidder.bidstream._draw import Auction, draw_auction
+from bidder.bidstream._malformed import KINDS as MALFORMED_KINDS
+from bidder.bidstream._malformed import malformed_body
 from bidder.bidstream._render import render
-from bidder.bidstream.malformed import KINDS as MALFORMED_KINDS
-from bidder.bidstream.malformed import malformed_body
 from bidder.bidstream.population import POPULATION, User, population
 from bidder.bidstream.stream import encode_record, write_stream
 from bidder.bidstream.summary import GenSummary, Tally

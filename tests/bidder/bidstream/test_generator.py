@@ -33,10 +33,11 @@ from bidder.bidstream.privacy import grants_dsp, user_tcf
 from bidder.bidstream.stream import read_stream
 from bidder.bidstream.summary import GenSummary
 from bidder.bidstream.supply import has_ads_txt, publishers, write_supply_files
-from bidder.bidstream.tcf import TcfConsent, encode_tc_string
 from bidder.core.nobid import NoBid
 from bidder.decide.consent import ConsentPolicy, evaluate
 from bidder.openrtb.request import InvalidRequest, parse_bid_request
+from bidder.openrtb.tcf import TcfConsent
+from bidder.openrtb.tcf_encode import encode_tc_string
 from bidder.supply.files import DirectorySource, load_files
 from bidder.supply.schain import SupplyFiles, Verdict, verify
 from tests.bidder.tcf_strategies import tc_consents
