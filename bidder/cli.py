@@ -23,7 +23,8 @@ import uvloop
 from bidder.adapters.campaign_store import StoreError
 from bidder.bidstream.generator import DUPLICATE_SHARE, generate, parse_ssp_boost
 from bidder.bidstream.stream import StreamFormatError, StreamRecord, read_stream
-from bidder.core.campaigns import CampaignError, load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
+from bidder.core.campaigns import CampaignError
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
 from bidder.serve.cli_options import (

@@ -19,7 +19,8 @@ import orjson
 
 from bidder.adapters.aws import aws_client
 from bidder.bidstream.stream import StreamFormatError, read_stream
-from bidder.core.campaigns import CampaignError, load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
+from bidder.core.campaigns import CampaignError
 from bidder.core.clock import SystemClock
 from bidder.decide.identity import identify
 from bidder.decide.profiles import DEFAULT_TABLE, ProfileStoreError, ProfileTable

@@ -38,7 +38,7 @@ import orjson
 from bidder.core.campaigns import Campaign, Creative
 from bidder.decide.eligibility import Candidate
 from bidder.decide.profiles import Profile
-from bidder.openrtb.request import BidRequest
+from bidder.openrtb.view import BidRequest
 
 FEATURE_VERSION = 1
 

@@ -1,9 +1,9 @@
 """Labelled impression logs with a known click response, and win/loss outcomes.
 
-Impressions. The bidstream generator's own parts make the supply: users from the
-Zipf audience (``bidder.bidstream.population``), auctions (``_draw``) rendered as one
-SSP's OpenRTB request (``_render``), arrival hours on the diurnal curve (``_diurnal``;
-every ``_DAY`` auctions make one simulated day). Each request goes through the real
+Impressions. The bidstream generator makes the supply
+(``bidder.bidstream.generator.day_of_requests``): users from its Zipf audience, each
+auction rendered as one SSP's OpenRTB request, arrival hours on its diurnal curve
+(every ``_DAY`` auctions make one simulated day). Each request goes through the real
 parser and eligibility (``bidder.decide.eligibility.select``) against the campaigns; a
 request with candidates becomes one impression of one candidate picked at random
 (our "win"), shown to the user whose profile is ``models.synth.synth_profile`` of the
@@ -36,19 +36,15 @@ from typing import IO, Any, cast
 import numpy as np
 import orjson
 
-from bidder.bidstream import inventory as inv
 from bidder.bidstream.auction import Market, competing_bid
-from bidder.bidstream.diurnal import day_fractions
-from bidder.bidstream.draw import draw_auction
-from bidder.bidstream.generator import DEFAULT_DAY_START
-from bidder.bidstream.population import population
-from bidder.bidstream.render import render
+from bidder.bidstream.generator import DEFAULT_DAY_START, day_of_requests, slot_floors
 from bidder.core.campaigns import Campaign
 from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import CampaignIndex, Candidate, EligibilityPolicy, select
 from bidder.decide.identity import identify
 from bidder.decide.profiles import Profile, profile_from_doc, profile_to_doc
-from bidder.openrtb.request import BidRequest, InvalidRequest, parse_bid_request
+from bidder.openrtb.request import InvalidRequest, parse_bid_request
+from bidder.openrtb.view import BidRequest
 from models.synth import click_probability, synth_profile
 
 _DAY = 4_096
@@ -95,14 +91,10 @@ def impressions(count: int, seed: int, campaigns: Sequence[Campaign]) -> Iterato
 def _one_day(
     index: CampaignIndex, rng: random.Random, np_rng: np.random.Generator, day: int
 ) -> Iterator[Impression]:
-    pop, policy = population(), EligibilityPolicy()
+    policy = EligibilityPolicy()
     day_ms = DAY_START_MS + day * _DAY_MS
-    fractions = day_fractions(np_rng, _DAY).tolist()
-    for n, (fraction, user) in enumerate(zip(fractions, pop.sample(np_rng, _DAY), strict=True)):
-        ts = day_ms + int(fraction * _DAY_MS)
-        auction = draw_auction(rng, pop.user(user))
-        ssp = inv.SSP_SHARE.pick(rng)
-        doc = render(auction, ssp, rng, ts, day * _DAY + n, day_ms // 100, own_floor=False)
+    for sent in day_of_requests(rng, np_rng, day_ms, _DAY, day * _DAY):
+        ts, ssp, doc = sent.ts_ms, sent.ssp, sent.doc
         try:
             request = parse_bid_request(orjson.dumps(doc))
         except InvalidRequest:
@@ -111,10 +103,10 @@ def _one_day(
         if isinstance(found, NoBid):
             continue
         candidate = rng.choice(found)
-        key = identify(request, ssp.name).user_key
+        key = identify(request, ssp).user_key
         profile = synth_profile(key, ts) if key is not None else None
         p = click_probability(request, candidate.imp, candidate.creative, profile, ts)
-        yield Impression(ts, ssp.name, doc, request, candidate, profile, rng.random() < p, p)
+        yield Impression(ts, ssp, doc, request, candidate, profile, rng.random() < p, p)
 
 
 # ------------------------------------------------------------------------------ log files
@@ -206,12 +198,9 @@ class Outcomes:
 def win_outcomes(count: int, seed: int, market: Market | None = None) -> Outcomes:
     """``count`` (bid, floor, won) triples from the replay's exchange model (module doc)."""
     market = market or Market()
-    rng, pop = random.Random(seed), population()
-    users = pop.sample(np.random.default_rng(seed), count)
+    rng = random.Random(seed)
     bids, floors, won = np.empty(count), np.empty(count), np.empty(count)
-    for n, user in enumerate(users):
-        imp = rng.choice(draw_auction(rng, pop.user(user)).imps)
-        floor = imp.floor
+    for n, floor in enumerate(slot_floors(rng, np.random.default_rng(seed), count)):
         bid = floor * math.exp(rng.uniform(0.0, math.log(6.0))) if floor > 0 else _no_floor_bid(rng)
         other = competing_bid(market, floor, f"win/{seed}/{n}")
         bids[n], floors[n] = round(bid * 1e6), round(floor * 1e6)

@@ -23,7 +23,7 @@ from bidder.core.clock import Clock
 from bidder.decide.eligibility import Candidate
 from bidder.decide.pricing import base_price
 from bidder.decide.profiles import Profile
-from bidder.openrtb.request import BidRequest
+from bidder.openrtb.view import BidRequest
 from models import features
 from models.price import bid_price, impression_value
 from models.scorer import ModelHandle, ScoringError

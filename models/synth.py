@@ -25,7 +25,7 @@ import math
 
 from bidder.core.campaigns import Creative
 from bidder.decide.profiles import Profile
-from bidder.openrtb.request import BidRequest, Imp
+from bidder.openrtb.view import BidRequest, Imp
 
 KNOWN_SHARE = 0.8
 SEGMENTS = (1, 2, 8, 9, 10, 13, 17, 18, 19, 20)

@@ -1,9 +1,11 @@
-"""Budget pacing: curves, the PID controller, leases, the reconciler, the simulator.
+"""Budget pacing: curves, the PID controller, leases, the node's pacer, the reconcile.
 
-The bidder uses ``NodePacer`` (stage 6 and the win hook) with a ``LeaseReader``
-refreshed by ``run_refresher``; the reconciler process runs ``build_reconciler`` +
-``run_reconciler``; the offline tools live in ``pacing.simulate``, ``pacing.tune`` and
-``pacing.cli`` (``add_commands``). See docs/pacing.md.
+The package's face is what a bid worker's hot path needs and loads neither redis-py nor
+boto3: ``NodePacer`` (stage 6 and the win hook) and the pure pacing logic. The I/O
+parts are imported from their modules: the worker's lease refresher from
+``pacing.refresher`` (``run_refresher``, ``return_leases``), the reconciler process
+from ``pacing.reconciler`` (``build_reconciler``, ``run_reconciler``), the offline
+tools from ``pacing.simulate``, ``pacing.tune`` and ``pacing.cli``. See docs/pacing.md.
 """
 
 from __future__ import annotations
@@ -11,19 +13,11 @@ from __future__ import annotations
 from pacing.curves import STANDARD, Curve, CurveError, load_curve_dir, resolve_curve
 from pacing.lease import Lease, chunk_micros
 from pacing.lease_store import LeaseReader, LeaseWriter
-from pacing.node import NodePacer, refresh_once, return_leases, run_refresher
+from pacing.node import NodePacer
 from pacing.pid import Pid, PidGains
 from pacing.reconcile import Budget, PacingConfig, Reconcile
-from pacing.reconciler import (
-    DEFAULT_STREAM,
-    Reconciler,
-    build_reconciler,
-    campaigns_from_store,
-    run_reconciler,
-)
 
 __all__ = [
-    "DEFAULT_STREAM",
     "STANDARD",
     "Budget",
     "Curve",
@@ -36,14 +30,7 @@ __all__ = [
     "Pid",
     "PidGains",
     "Reconcile",
-    "Reconciler",
-    "build_reconciler",
-    "campaigns_from_store",
     "chunk_micros",
     "load_curve_dir",
-    "refresh_once",
     "resolve_curve",
-    "return_leases",
-    "run_reconciler",
-    "run_refresher",
 ]

@@ -1,12 +1,13 @@
 """The bidder node's pacer: may this campaign bid now? (stage 6)
 
 Theory of operation. The node holds one ``LeaseAccount`` per campaign, refreshed in the
-background from Valkey (``run_refresher``). At bid time ``admit`` is pure and cheap: a
-dict lookup, an expiry and a remaining-chunk comparison, and one RNG draw against the
-pacing rate. The price of the impression is not known at stage 6, so the bound checked
-against the chunk is the most one impression can cost: ``cost_of(max_bid_cpm)`` (the
-caller passes it; ``max_cost_micros`` below). The real cost is debited when the
-impression is billed (``debit``), and the reconciler settles against the ledger.
+background from Valkey (``pacing.refresher.run_refresher``). At bid time ``admit`` is
+pure and cheap: a dict lookup, an expiry and a remaining-chunk comparison, and one RNG
+draw against the pacing rate. The price of the impression is not known at stage 6, so
+the bound checked against the chunk is the most one impression can cost:
+``cost_of(max_bid_cpm)`` (the caller passes it; ``max_cost_micros`` below). The real
+cost is debited when the impression is billed (``debit``), and the reconciler settles
+against the ledger.
 
 Budget state that cannot be read means no spend, *beyond the leases already held*.
 A lease is budget the reconciler has already handed out and counted in its exposure,
@@ -23,7 +24,7 @@ per node. What a failed refresh does stop:
 
 Losing the draw is ``PACED``.
 
-Shutdown (``return_leases``): once the worker has stopped serving and flushed its
+Shutdown (``pacing.refresher.return_leases``): once the worker has stopped serving and flushed its
 ledger, the node hands its accounts over (``surrender``: nothing is admitted or debited
 afterwards), deregisters from the live set and, right after, gives the leases back in
 one script, so the reconciler can grant the unspent remainders to the nodes that stay.
@@ -35,19 +36,12 @@ whole.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import random
 from collections.abc import Callable
 
-from redis.exceptions import RedisError
-
 from bidder.core.clock import Clock
 from bidder.core.nobid import NoBid
-from pacing.lease import Lease, LeaseAccount, LeaseFormatError, install
-from pacing.lease_store import LeaseReader
-
-log = logging.getLogger("bidsim.pacing")
+from pacing.lease import Lease, LeaseAccount, install
 
 
 class NodePacer:
@@ -91,48 +85,3 @@ class NodePacer:
     def remaining(self, campaign_id: str) -> int | None:
         account = self._accounts.get(campaign_id)
         return None if account is None else account.remaining
-
-
-async def refresh_once(pacer: NodePacer, reader: LeaseReader, clock: Clock) -> bool:
-    """Heartbeat and reload the leases; on any failure only unexpired leases spend."""
-    try:
-        leases = await reader.refresh(clock.wall_ms())
-    except (TimeoutError, RedisError, OSError, LeaseFormatError) as exc:
-        if pacer.available:
-            log.warning("pacing: lease refresh failed, spending only unexpired leases: %s", exc)
-        pacer.unavailable()
-        return False
-    pacer.install(leases)
-    return True
-
-
-async def run_refresher(
-    pacer: NodePacer,
-    reader: LeaseReader,
-    clock: Clock,
-    interval_s: float = 1.0,
-    timeout_s: float = 0.5,
-) -> None:
-    """Refresh every ``interval_s`` until cancelled (``return_leases`` deregisters)."""
-    while True:
-        try:
-            async with asyncio.timeout(timeout_s):
-                await refresh_once(pacer, reader, clock)
-        except TimeoutError:
-            pacer.unavailable()
-        await asyncio.sleep(interval_s)
-
-
-async def return_leases(pacer: NodePacer, reader: LeaseReader, timeout_s: float = 1.0) -> bool:
-    """Leave the live set and give every lease back (shutdown, once the refresher has
-    stopped); False if Valkey could not be told: the leases then simply expire."""
-    held = pacer.surrender()
-    try:
-        async with asyncio.timeout(timeout_s):
-            await reader.leave()
-            records = await reader.give_back(held)
-    except (TimeoutError, RedisError, OSError) as exc:
-        log.warning("pacing: leases not returned (they expire on their own): %s", exc)
-        return False
-    log.info("pacing: node %s returned its leases (%d records)", reader.node_id, records)
-    return True

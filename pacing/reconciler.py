@@ -40,7 +40,8 @@ from redis.exceptions import RedisError
 from bidder.adapters.aws import aws_client
 from bidder.adapters.campaign_store import CampaignTable, StoreError
 from bidder.adapters.valkey import connect_sync
-from bidder.core.campaigns import Campaign, CampaignError, campaigns_from_docs
+from bidder.core.campaign_docs import campaigns_from_docs
+from bidder.core.campaigns import Campaign, CampaignError
 from bidder.core.clock import Clock, SystemClock
 from bidder.core.ledger import LedgerEntry, LedgerFormatError, decode_entry
 from pacing.curves import BUILTIN, Curve, CurveError, day_of

@@ -29,7 +29,7 @@ from typing import Any, cast
 import orjson
 from bench_score import REPO, BannerBook, banner_context, blocks
 
-from bidder.core.campaigns import load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.clock import SystemClock
 from bidder.core.tokens import TAG_BYTES, TokenSigner
 from bidder.pipeline.campaign_book import CampaignBook

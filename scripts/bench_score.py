@@ -48,7 +48,8 @@ import msgspec
 import numpy as np
 import orjson
 
-from bidder.core.campaigns import Campaign, load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
+from bidder.core.campaigns import Campaign
 from bidder.core.clock import ManualClock, SystemClock
 from bidder.decide.eligibility import CampaignIndex, Candidate, EligibilityPolicy, select
 from bidder.decide.identity import identify
@@ -171,52 +172,67 @@ class _Contender:
             time.sleep(self.REST_S)
 
 
+class _Subject:
+    """What is timed: the model both ways, and one request's pricing."""
+
+    def __init__(self, artifact: Path) -> None:
+        campaigns = load_campaign_file(REPO / "fixtures" / "openrtb" / "campaigns.json")
+        first = next(impressions(1, 1, campaigns))
+        # First price: shading is the costly pricing path.
+        request = msgspec.structs.replace(first.request, at=1)
+        pairs = [(c, cr) for c in campaigns for cr in c.creatives if c.click_value_micros]
+        candidates = [Candidate(first.candidate.imp, c, cr) for c, cr in pairs[:CANDIDATES]]
+        table = features.creative_table(campaigns)
+        self.handle = ModelHandle.load(artifact)
+        self.scorer, self.booster = self.handle.current, self.handle.current.booster
+        pricer = Pricer(self.handle, ManualClock(start_wall_ms=first.ts))
+        self.rows = features.build_rows(request, first.ssp, first.profile, candidates, first.ts)
+        self.one = self.rows[:1]
+        self.packed, self.packed_one = self.rows.tobytes(), self.one.tobytes()
+        self.candidates = len(candidates)
+        self.price = lambda: pricer.price(request, first.ssp, first.profile, candidates, table)
+
+
+def _timings(subject: _Subject, rounds: int) -> dict[str, list[float]]:
+    """Microseconds per call, one figure per interleaved block (drift hits all alike)."""
+    booster, scorer, one = subject.booster, subject.scorer, subject.one
+    names = ("single", "one_row", "contended_single", "contended_one_row", "batch")
+    times: dict[str, list[float]] = {name: [] for name in (*names, "booster_batch", "per_request")}
+    gc.collect()
+    for _ in range(5):
+        n = max(rounds // 5, 1)
+        times["single"].append(_median_us(lambda: booster.predict(one, num_threads=1), n))
+        times["one_row"].append(_median_us(lambda: scorer.predict(subject.packed_one), n))
+        with _Contender():
+            single = _mean_us(lambda: booster.predict(one, num_threads=1), n)
+            times["contended_single"].append(single)
+            times["contended_one_row"].append(
+                _mean_us(lambda: scorer.predict(subject.packed_one), n)
+            )
+        times["batch"].append(_median_us(lambda: scorer.predict(subject.packed), n))
+        times["booster_batch"].append(
+            _median_us(lambda: booster.predict(subject.rows, num_threads=1), n)
+        )
+        times["per_request"].append(_median_us(subject.price, n))
+    return times
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5000)
     parser.add_argument("--artifact", type=Path, default=DEFAULT_DIR)
     args = parser.parse_args()
-
-    campaigns = load_campaign_file(REPO / "fixtures" / "openrtb" / "campaigns.json")
-    first = next(impressions(1, 1, campaigns))
-    # First price: shading is the costly pricing path.
-    request = msgspec.structs.replace(first.request, at=1)
-    pairs = [(c, cr) for c in campaigns for cr in c.creatives if c.click_value_micros]
-    candidates = [Candidate(first.candidate.imp, c, cr) for c, cr in pairs[:CANDIDATES]]
-    table = features.creative_table(campaigns)
-    handle = ModelHandle.load(args.artifact)
-    scorer, booster = handle.current, handle.current.booster
-    pricer = Pricer(handle, ManualClock(start_wall_ms=first.ts))
-    rows = features.build_rows(request, first.ssp, first.profile, candidates, first.ts)
-    one = rows[:1]
-    packed, packed_one = rows.tobytes(), one.tobytes()
-
-    gc.collect()
-    single, one_row, batch, booster_batch, per_request = [], [], [], [], []
-    contended_single, contended_one_row = [], []
-    for _ in range(5):  # interleaved blocks: drift hits every figure alike
-        n = max(args.rounds // 5, 1)
-        single.append(_median_us(lambda: booster.predict(one, num_threads=1), n))
-        one_row.append(_median_us(lambda: scorer.predict(packed_one), n))
-        with _Contender():
-            contended_single.append(_mean_us(lambda: booster.predict(one, num_threads=1), n))
-            contended_one_row.append(_mean_us(lambda: scorer.predict(packed_one), n))
-        batch.append(_median_us(lambda: scorer.predict(packed), n))
-        booster_batch.append(_median_us(lambda: booster.predict(rows, num_threads=1), n))
-        per_request.append(
-            _median_us(
-                lambda: pricer.price(request, first.ssp, first.profile, candidates, table), n
-            )
-        )
-    single_us, batch_us = statistics.median(single), statistics.median(batch)
-    one_row_us = statistics.median(one_row)
-    contended = statistics.median(contended_single), statistics.median(contended_one_row)
-    diff = np.max(np.abs(np.asarray(scorer.predict(packed)) - booster.predict(rows)))
-    priced = pricer.price(request, first.ssp, first.profile, candidates, table)
+    subject = _Subject(args.artifact)
+    booster = subject.booster
+    median = {name: statistics.median(ts) for name, ts in _timings(subject, args.rounds).items()}
+    single_us, one_row_us, batch_us = median["single"], median["one_row"], median["batch"]
+    contended = median["contended_single"], median["contended_one_row"]
+    predicted = np.asarray(subject.scorer.predict(subject.packed))
+    diff = np.max(np.abs(predicted - booster.predict(subject.rows)))
     result = {
         "trees": booster.num_trees(),
-        "candidates": len(candidates),
-        "priced": len(priced),
+        "candidates": subject.candidates,
+        "priced": len(subject.price()),
         "rounds": args.rounds,
         "single_us": round(single_us, 2),
         "one_row_us": round(one_row_us, 2),
@@ -226,12 +242,12 @@ def main() -> int:
         "contended_ratio": round(contended[1] / contended[0], 3),
         "batch_us": round(batch_us, 2),
         "batch_ratio": round(batch_us / single_us, 3),
-        "booster_batch_ratio": round(statistics.median(booster_batch) / single_us, 3),
-        "per_request_us": round(statistics.median(per_request), 2),
+        "booster_batch_ratio": round(median["booster_batch"] / single_us, 3),
+        "per_request_us": round(median["per_request"], 2),
         "max_abs_diff": float(diff),
-        **_stage8(handle, args.rounds),
+        **_stage8(subject.handle, args.rounds),
     }
-    print(f"scored {len(candidates)} candidates with a {booster.num_trees()}-tree model")
+    print(f"scored {subject.candidates} candidates with a {booster.num_trees()}-tree model")
     print(orjson.dumps(result).decode())
     return 0
 

@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bidder.bidstream.stream import read_stream
-from bidder.core.campaigns import load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.clock import SystemClock
 from bidder.decide.eligibility import CampaignIndex, EligibilityPolicy, select
 from bidder.openrtb.request import InvalidRequest, parse_bid_request

@@ -19,10 +19,8 @@ stream writer sorts keys and fixes the gzip header. Same arguments, same bytes.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import random
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,13 +30,14 @@ from typing import Any
 import numpy as np
 
 from bidder.bidstream import inventory as inv
-from bidder.bidstream.diurnal import day_fractions
-from bidder.bidstream.draw import Auction, draw_auction
-from bidder.bidstream.malformed import KINDS as MALFORMED_KINDS
-from bidder.bidstream.malformed import malformed_body
+from bidder.bidstream._diurnal import day_fractions
+from bidder.bidstream._draw import Auction, draw_auction
+from bidder.bidstream._malformed import KINDS as MALFORMED_KINDS
+from bidder.bidstream._malformed import malformed_body
+from bidder.bidstream._render import render
 from bidder.bidstream.population import POPULATION, User, population
-from bidder.bidstream.render import render
 from bidder.bidstream.stream import encode_record, write_stream
+from bidder.bidstream.summary import GenSummary, Tally
 
 DEFAULT_DAY_START = datetime(2026, 1, 5, tzinfo=UTC)
 MALFORMED_SHARE = 0.02
@@ -49,38 +48,6 @@ DUPLICATE_SIZES: inv.Weighted[int] = inv.Weighted([(2, 70.0), (3, 30.0)])
 MAX_DUPLICATE_LAG_MS = 4
 _DAY_MS = 86_400_000
 _MALFORMED = -1
-
-
-@dataclass(frozen=True, slots=True)
-class GenSummary:
-    """What a generated stream holds; every mapping is sorted by key."""
-
-    requests: int
-    auctions: int
-    seed: int
-    span_s: float
-    last_t_ms: int
-    valid: int
-    malformed: int
-    malformed_kinds: dict[str, int]
-    junk: int
-    junk_kinds: dict[str, int]
-    duplicate_groups: int
-    duplicate_copies: int
-    """Requests beyond the first of their group."""
-    ssps: dict[str, int]
-    ortb: dict[str, int]
-    channels: dict[str, int]
-    media: dict[str, int]
-    """Impressions (not requests) by banner / video / native."""
-    multi_imp: int
-    countries: dict[str, int]
-    """Valid requests by device.geo.country; 'none' when geo is absent."""
-    gdpr: int
-    consent_strings: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def generate(
@@ -118,10 +85,46 @@ def generate(
     users = population().sample(np_rng, len(plan))
     users = population().with_heavy_users(np_rng, users, heavy_users, heavy_share)
     span_s = requests / mean_rate
-    tally = _Tally()
+    tally = Tally()
     emit = _Emitter(rng, int(day_start.timestamp() * 1000), tally, shares)
     write_stream(out, _in_time_order(_events(plan, fractions, users, span_s, emit)))
     return tally.summary(requests, len(plan), seed, span_s)
+
+
+@dataclass(frozen=True, slots=True)
+class SentRequest:
+    """One auction as one SSP sent it: when, through whom, and the OpenRTB request."""
+
+    ts_ms: int
+    ssp: str
+    doc: dict[str, Any]
+
+
+def day_of_requests(
+    rng: random.Random, np_rng: np.random.Generator, start_ms: int, count: int, first: int
+) -> Iterator[SentRequest]:
+    """``count`` auctions over the simulated day from ``start_ms``, in draw order (not
+    time order), each rendered as the request of one SSP picked by its share, with the
+    inventory's base floors; request numbers start at ``first``. No duplicates and no
+    malformed bodies. Lazy: each auction is drawn when asked for, so a caller drawing
+    from ``rng`` between auctions gets the same sequence every time."""
+    pop = population()
+    fractions = day_fractions(np_rng, count).tolist()
+    users = pop.sample(np_rng, count)
+    for n, (fraction, user) in enumerate(zip(fractions, users, strict=True)):
+        ts = start_ms + int(fraction * _DAY_MS)
+        auction = draw_auction(rng, pop.user(user))
+        ssp = inv.SSP_SHARE.pick(rng)
+        doc = render(auction, ssp, rng, ts, first + n, start_ms // 100, own_floor=False)
+        yield SentRequest(ts, ssp.name, doc)
+
+
+def slot_floors(rng: random.Random, np_rng: np.random.Generator, count: int) -> Iterator[float]:
+    """The base floor (CPM, 0 for none) of one slot picked at random in each of
+    ``count`` auctions drawn for users of the audience; lazy like ``day_of_requests``."""
+    pop = population()
+    for user in pop.sample(np_rng, count):
+        yield rng.choice(draw_auction(rng, pop.user(user)).imps).floor
 
 
 def _check_args(requests: int, seed: int, mean_rate: float, day_start: datetime) -> None:
@@ -235,7 +238,7 @@ def _events(
 class _Emitter:
     """Turns auction events into encoded lines; holds the run's rng, day and tally."""
 
-    def __init__(self, rng: random.Random, day_ms: int, tally: _Tally, shares: _Shares) -> None:
+    def __init__(self, rng: random.Random, day_ms: int, tally: Tally, shares: _Shares) -> None:
         self.rng, self.day_ms, self.tally, self.shares = rng, day_ms, tally, shares
         self.day_ds = day_ms // 100
         self.order = 0
@@ -289,70 +292,3 @@ def _in_time_order(events: Iterator[list[Line]]) -> Iterator[bytes]:
             heapq.heappush(pending, line)
     while pending:
         yield heapq.heappop(pending)[2]
-
-
-class _Tally:
-    """Counts for the summary, fed as lines are made."""
-
-    def __init__(self) -> None:
-        self.c: Counter[str] = Counter()
-        self.last_t_ms = 0
-        self.ssps: Counter[str] = Counter()
-        self.ortb: Counter[str] = Counter()
-        self.channels: Counter[str] = Counter()
-        self.media: Counter[str] = Counter()
-        self.countries: Counter[str] = Counter()
-        self.junk_kinds: Counter[str] = Counter()
-        self.malformed_kinds: Counter[str] = Counter()
-
-    def request(self, a: Auction, ssp: inv.Ssp, doc: dict[str, Any], t_ms: int, copy: int) -> None:
-        self.last_t_ms = max(self.last_t_ms, t_ms)
-        self.c["valid"] += 1
-        self.c["duplicate_groups"] += copy == 1
-        self.c["duplicate_copies"] += copy > 0
-        self.c["multi_imp"] += len(a.imps) > 1
-        self.c["gdpr"] += a.consent is not None
-        user = doc["user"]
-        self.c["consent_strings"] += "consent" in user or "consent" in user.get("ext", {})
-        self.ssps[ssp.name] += 1
-        self.ortb[ssp.ortb] += 1
-        self.channels[a.channel] += 1
-        self.countries[a.country or "none"] += 1
-        self.media.update(imp.media for imp in a.imps)
-        if a.junk is not None:
-            self.c["junk"] += 1
-            self.junk_kinds[a.junk] += 1
-
-    def malformed(self, ssp: inv.Ssp, kind: str, t_ms: int) -> None:
-        self.last_t_ms = max(self.last_t_ms, t_ms)
-        self.c["malformed"] += 1
-        self.ssps[ssp.name] += 1
-        self.malformed_kinds[kind] += 1
-
-    def summary(self, requests: int, auctions: int, seed: int, span_s: float) -> GenSummary:
-        return GenSummary(
-            requests=requests,
-            auctions=auctions,
-            seed=seed,
-            span_s=span_s,
-            last_t_ms=self.last_t_ms,
-            valid=self.c["valid"],
-            malformed=self.c["malformed"],
-            malformed_kinds=_sorted(self.malformed_kinds),
-            junk=self.c["junk"],
-            junk_kinds=_sorted(self.junk_kinds),
-            duplicate_groups=self.c["duplicate_groups"],
-            duplicate_copies=self.c["duplicate_copies"],
-            ssps=_sorted(self.ssps),
-            ortb=_sorted(self.ortb),
-            channels=_sorted(self.channels),
-            media=_sorted(self.media),
-            multi_imp=self.c["multi_imp"],
-            countries=_sorted(self.countries),
-            gdpr=self.c["gdpr"],
-            consent_strings=self.c["consent_strings"],
-        )
-
-
-def _sorted(counts: Counter[str]) -> dict[str, int]:
-    return dict(sorted(counts.items()))

@@ -16,9 +16,10 @@ import random
 from typing import Any
 
 from bidder.bidstream import inventory as inv
-from bidder.bidstream.draw import Auction
+from bidder.bidstream._draw import Auction
 from bidder.bidstream.population import User
-from bidder.bidstream.tcf import TcfConsent, encode_tc_string
+from bidder.openrtb.tcf import TcfConsent
+from bidder.openrtb.tcf_encode import encode_tc_string
 
 _GVL_MAX = 1150
 _GVL_RNG = random.Random(1150)

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bidder.bidstream import inventory as inv
-from bidder.bidstream.render import seller_path, stable_hash
+from bidder.bidstream._render import seller_path, stable_hash
 from bidder.supply.ads_txt import AdsRecord, AdsTxt, write_ads_txt
 from bidder.supply.sellers_json import Seller, SellersJson, write_sellers_json
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from bidder.chaos.harness import CAMPAIGNS
 from bidder.chaos.observe import metric
-from bidder.core.campaigns import load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.ledger import LedgerEntry
 from bidder.core.tokens import NoticeClaims, TokenSigner, generate_key
 from bidder.replay.notice_recorder import NoticeRecorder

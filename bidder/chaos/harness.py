@@ -21,7 +21,7 @@ from typing import Any
 from bidder.bidstream.generator import generate
 from bidder.bidstream.stream import StreamRecord, read_stream
 from bidder.chaos.observe import WATCHED_FLUSH_S
-from bidder.core.campaigns import load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
 from bidder.serve.assemble import pacing_node_id
 from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import RunningBidder, running_bidder, wait_for_leases

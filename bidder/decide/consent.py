@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from bidder.core.nobid import NoBid
-from bidder.openrtb.request import BidRequest
 from bidder.openrtb.tcf import PURPOSES, TcfError, VendorView, vendor_view
+from bidder.openrtb.view import BidRequest
 
 DEFAULT_VENDOR_ID = 999
 """Our IAB TCF vendor id (simulated: the generator's vendor list includes it)."""

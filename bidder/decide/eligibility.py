@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from bidder.core.campaigns import Campaign, Creative, normalize_domain
 from bidder.core.nobid import NoBid
-from bidder.openrtb.request import Audio, Banner, BidRequest, Imp, Video
+from bidder.openrtb.view import Audio, Banner, BidRequest, Imp, Video
 
 INTERSTITIAL_SIZES = frozenset({(320, 480), (480, 320), (768, 1024), (1024, 768), (300, 250)})
 """Creative sizes an interstitial banner imp without any size accepts (full-screen

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 from typing import NamedTuple
 
-from bidder.openrtb.request import BidRequest
+from bidder.openrtb.view import BidRequest
 
 MAX_KEY_CHARS = 96
 _CTV_DEVICE_TYPES = frozenset({3, 7})  # OpenRTB: connected TV, set-top box

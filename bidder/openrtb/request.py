@@ -18,10 +18,9 @@ so the rest of the bidder sees one shape. The 2.5 value is decoded, and its type
 checked, only when it is needed. Money is kept in integer micros of the stated
 currency: ``bidfloor`` 0.03 becomes ``bidfloor_micros`` 30_000.
 
-The view is made of frozen msgspec Structs, untracked by the garbage collector (the
-parser builds them from decoded JSON, so they hold no cycle). The two large ones,
-``BidRequest`` and ``Imp``, are built with positional arguments, each commented with
-its field: a keyword call of 28 arguments costs more than the Struct itself.
+The view (``bidder.openrtb.view``) is made of frozen msgspec Structs; the two large
+ones, ``BidRequest`` and ``Imp``, are built with positional arguments, each commented
+with its field: a keyword call of 28 arguments costs more than the Struct itself.
 """
 
 from __future__ import annotations
@@ -31,90 +30,11 @@ from typing import Any
 import msgspec
 
 from bidder.openrtb import wire
-
-Size = tuple[int, int]
+from bidder.openrtb.view import Audio, Banner, BidRequest, Imp, Native, Size, Video
 
 
 class InvalidRequest(ValueError):
     """The body is not a usable OpenRTB BidRequest; the message says why."""
-
-
-class Banner(msgspec.Struct, frozen=True, gc=False):
-    sizes: tuple[Size, ...]
-    """w/h first (when given), then format[] entries; may be empty for interstitials."""
-    size_range: tuple[int, int, int, int] | None
-    """(wmin, wmax, hmin, hmax) when the banner gives a flexible size instead."""
-    battr: frozenset[int]
-
-
-class Video(msgspec.Struct, frozen=True, gc=False):
-    mimes: frozenset[str]
-    minduration: int | None
-    maxduration: int | None
-    w: int | None
-    h: int | None
-    battr: frozenset[int]
-
-
-class Native(msgspec.Struct, frozen=True, gc=False):
-    battr: frozenset[int]
-
-
-class Audio(msgspec.Struct, frozen=True, gc=False):
-    mimes: frozenset[str]
-    battr: frozenset[int]
-
-
-class Imp(msgspec.Struct, frozen=True, gc=False):
-    id: str
-    banner: Banner | None
-    video: Video | None
-    native: Native | None
-    audio: Audio | None
-    bidfloor_micros: int
-    bidfloorcur: str
-    instl: bool
-    private_auction: bool
-    deal_ids: tuple[str, ...]
-    tagid: str | None
-
-
-class BidRequest(msgspec.Struct, frozen=True, gc=False):
-    id: str
-    imps: tuple[Imp, ...]
-    at: int
-    """Auction type: 1 first price, 2 second price (the default)."""
-    tmax_ms: int | None
-    cur: tuple[str, ...]
-    """Allowed bid currencies; empty means the exchange's default (USD)."""
-    test: bool
-    channel: str
-    """'site', 'app', 'dooh' or 'none'."""
-    domain: str | None
-    """site.domain (or the page's host), lower case."""
-    bundle: str | None
-    publisher_id: str | None
-    country: str | None
-    """ISO-3166-1 alpha-3, upper case, from device.geo then user.geo."""
-    devicetype: int | None
-    ip: str | None
-    ua: str | None
-    ifa: str | None
-    user_id: str | None
-    buyeruid: str | None
-    eids: tuple[dict[str, Any], ...]
-    bcat: frozenset[str]
-    badv: frozenset[str]
-    bapp: frozenset[str]
-    gdpr: bool | None
-    consent: str | None
-    coppa: bool
-    us_privacy: str | None
-    gpp: str | None
-    schain: dict[str, Any] | None
-    tid: str | None
-    """The auction's transaction id (``source.tid``), shared by its copies through other
-    SSPs; None when absent or empty. ``bidder.supply.path`` dedups on it."""
 
 
 MAX_IMPS = 32

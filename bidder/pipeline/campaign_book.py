@@ -23,7 +23,7 @@ import orjson
 
 from bidder.adapters.campaign_store import CampaignTable
 from bidder.core import metrics
-from bidder.core.campaigns import campaigns_from_docs
+from bidder.core.campaign_docs import campaigns_from_docs
 from bidder.decide.eligibility import CampaignIndex
 from bidder.pipeline.response import BidTemplate, bid_templates
 from fcap import Subject, build_subjects

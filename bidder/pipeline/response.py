@@ -32,7 +32,7 @@ from bidder.core.campaigns import Campaign, Creative
 from bidder.core.clock import Clock
 from bidder.core.tokens import TokenSigner, pack_texts
 from bidder.decide.eligibility import Candidate
-from bidder.openrtb.request import Imp
+from bidder.openrtb.view import Imp
 from bidder.pipeline.runner import Context, PricedCandidate
 from bidder.winloop.notices import CURRENCY_MACRO, PRICE_MACRO
 

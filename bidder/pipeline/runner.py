@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import Candidate
-from bidder.openrtb.request import BidRequest
+from bidder.openrtb.view import BidRequest
 
 StageResult = NoBid | None
 

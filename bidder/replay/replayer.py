@@ -24,19 +24,9 @@ start. Requests whose intended time is inside the warm-up are sent, answered and
 auctioned like the rest, but only counted in ``warmup_requests``.
 
 A 200 is auctioned (``auction.py``); win and billing notices go out as fire-and-forget
-tasks on separate connection pools, so they never add to bid latency, and are awaited
-(with a bound) after the last bid request has been answered or timed out. A notice
-counts as ok on any 2xx; a non-``http://`` URL, an error or a timeout is a failure.
-
-Notice faults, to test exactly-once billing (``plan_notices``): ``duplicate_notices``
-is the share of wins whose exchange sends one of the two notices again, half of those
-at once (racing the original, like a retry after a lost answer) and half late (one to
-one and a half ``notice_window_ms`` after the win's notices started);
-``reorder_notices`` sends the billing notice before the win notice for half the wins and
-starts each win's notices at a random point inside ``notice_window_ms``, so notices of
-different wins arrive out of order. The choices are drawn from a hash of the market
-seed and the win's first notice URL: the same bids get the same faults whatever the
-order the answers come back in.
+tasks on separate connection pools (``notices.py``, which also plans the notice
+faults), so they never add to bid latency, and are awaited (with a bound) after the
+last bid request has been answered or timed out.
 """
 
 from __future__ import annotations
@@ -44,24 +34,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hashlib
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tqdm import tqdm
 
-from bidder.bidstream.auction import Market, Win, settle
+from bidder.bidstream.auction import settle
 from bidder.bidstream.stream import StreamRecord
 from bidder.replay._duplicates import DuplicateTally
 from bidder.replay.client import HttpPool, RequestTemplate, Response, TransportError, split_url
-from bidder.replay.report import AuctionTotals, ReplayResult, record_latency
-from bidder.replay.schedule import Pacing, Scheduled, schedule
-from bidder.supply.path import DEFAULT_POLICY, PathPolicy
+from bidder.replay.notices import NoticeSender
+from bidder.replay.options import ReplayOptions
+from bidder.replay.report import ReplayResult, record_latency
+from bidder.replay.schedule import Scheduled, schedule
 
-__all__ = ["DEFAULT_PATH", "NoticeSend", "ReplayOptions", "ReplayResult", "plan_notices", "replay"]
+__all__ = ["DEFAULT_PATH", "ReplayOptions", "ReplayResult", "replay"]
 
 DEFAULT_PATH = "/openrtb2/bid"
 LATE_SEND_NS = 1_000_000
@@ -69,55 +58,6 @@ _EARLY_NS = 1_000_000  # one loop-timer tick: how early a due request may go out
 _MAX_UNYIELDED_SENDS = 16  # when behind schedule: sends between yields to the loop
 _PROGRESS_EVERY = 200
 _DRAIN_SLACK_S = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayOptions:
-    speed: float = 1.0
-    rate: float | None = None
-    duration_s: float | None = None
-    warmup_s: float = 0.0
-    timeout_ms: float = 100.0
-    deadline_ms: float = 8.0
-    max_connections: int = 512
-    market: Market = field(default_factory=Market)
-    notices: bool = True
-    notice_timeout_ms: float = 1000.0
-    notice_drain_s: float = 5.0
-    notice_connections: int = 64
-    duplicate_notices: float = 0.0
-    """Share (0-1) of wins whose exchange sends one of their notices twice."""
-    reorder_notices: bool = False
-    """Bill before win for half the wins; each win's notices start at a random point
-    inside ``notice_window_ms``, so notices of different wins interleave."""
-    notice_window_ms: float = 250.0
-    """The reordering window; late duplicates go 1-1.5 windows after their win's start."""
-    path_policy: PathPolicy = DEFAULT_POLICY
-    """The bidder's supply-path preferences: ranks copies in the duplicate-auctions report."""
-
-    def __post_init__(self) -> None:
-        positive = (
-            "timeout_ms",
-            "deadline_ms",
-            "notice_timeout_ms",
-            "max_connections",
-            "notice_connections",
-        )
-        problems = [f"{name} must be positive" for name in positive if not getattr(self, name) > 0]
-        problems += [
-            f"{name} must not be negative"
-            for name in ("warmup_s", "notice_drain_s", "notice_window_ms")
-            if getattr(self, name) < 0
-        ]
-        if not 0 <= self.duplicate_notices <= 1:
-            problems.append(f"duplicate_notices must be 0-1, got {self.duplicate_notices}")
-        if problems:
-            raise ValueError("; ".join(problems))
-        Pacing(self.speed, self.rate, self.duration_s)  # raises now for a bad pace, not mid-replay
-
-    @property
-    def pacing(self) -> Pacing:
-        return Pacing(speed=self.speed, rate=self.rate, duration_s=self.duration_s)
 
 
 async def replay(
@@ -155,7 +95,7 @@ class _Replay:
         self.result = ReplayResult(
             deadline_ms=options.deadline_ms, duplicates=DuplicateTally(options.path_policy)
         )
-        self._notices = _Notices(options, self.result.auction)
+        self._notices = NoticeSender(options, self.result.auction)
         self._deadline_ns = round(options.deadline_ms * 1_000_000)
         self._first_send_ns = self._last_send_ns = self._unyielded = 0
         self.error: BaseException | None = None
@@ -283,106 +223,6 @@ class _Replay:
         self._inflight.discard(task)
         if not task.cancelled() and task.exception() is not None and self.error is None:
             self.error = task.exception()  # our bug: surface it after the replay, don't lose it
-
-
-@dataclass(frozen=True, slots=True)
-class NoticeSend:
-    """Notices the exchange sends one after the other, starting ``delay_s`` after the win."""
-
-    delay_s: float
-    urls: tuple[str, ...]
-
-
-def plan_notices(urls: Sequence[str], options: ReplayOptions) -> list[NoticeSend]:
-    """How the exchange sends one win's notices (``urls``: nurl then burl, non-empty).
-
-    Without faults: one send, in order, at once. See the module docstring for the faults.
-    """
-    draw = _uniforms(f"{options.market.seed}/{urls[0]}", 5)
-    window_s, chain, start = options.notice_window_ms / 1000, tuple(urls), 0.0
-    if options.reorder_notices:
-        chain = chain[::-1] if draw[0] < 0.5 else chain
-        start = draw[1] * window_s
-    plan = [NoticeSend(start, chain)]
-    if draw[2] < options.duplicate_notices:
-        copy = urls[min(int(draw[3] * len(urls)), len(urls) - 1)]
-        late_s = window_s * (1 + draw[4]) if draw[4] < 0.5 else 0.0
-        plan.append(NoticeSend(start + late_s, (copy,)))
-    return plan
-
-
-def _uniforms(key: str, count: int) -> list[float]:
-    """``count`` uniforms in (0, 1) fixed by ``key``."""
-    digest = hashlib.blake2b(key.encode(), digest_size=8 * count).digest()
-    return [
-        (int.from_bytes(digest[i : i + 8], "big") + 0.5) / 2**64 for i in range(0, 8 * count, 8)
-    ]
-
-
-class _Notices:
-    """Win (nurl) and billing (burl) notices: fire-and-forget GETs on their own pools."""
-
-    def __init__(self, options: ReplayOptions, totals: AuctionTotals) -> None:
-        self._options = options
-        self._timeout_s = options.notice_timeout_ms / 1000
-        self._connections = options.notice_connections
-        self._totals = totals
-        self._pools: dict[tuple[str, int], HttpPool] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def send(self, win: Win, measured: bool) -> None:
-        urls = [url for url in (win.nurl, win.burl) if url]
-        if not urls:
-            return
-        for planned in plan_notices(urls, self._options):
-            task = asyncio.get_running_loop().create_task(self._call(planned, measured))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def drain(self, bound_s: float) -> None:
-        """Wait up to ``bound_s`` for notices; the rest are cancelled and count as failed."""
-        if not self._tasks:
-            return
-        _, pending = await asyncio.wait(set(self._tasks), timeout=bound_s)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-
-    async def close(self) -> None:
-        for pool in self._pools.values():
-            await pool.close()
-
-    async def _call(self, planned: NoticeSend, measured: bool) -> None:
-        done = 0
-        try:
-            if planned.delay_s > 0:
-                await asyncio.sleep(planned.delay_s)
-            for url in planned.urls:  # one after the other: a bill follows its win (or leads it)
-                self._count(await self._get(url), measured)
-                done += 1
-        finally:  # notices cancelled at the drain bound, or never started, count as failed
-            for _ in planned.urls[done:]:
-                self._count(False, measured)
-
-    def _count(self, ok: bool, measured: bool) -> None:
-        if measured:
-            self._totals.notices_sent += 1
-            self._totals.notices_ok += ok
-            self._totals.notices_failed += not ok
-
-    async def _get(self, url: str) -> bool:
-        try:
-            host, port, target = split_url(url)
-        except ValueError:
-            return False
-        pool = self._pools.get((host, port))
-        if pool is None:
-            pool = self._pools[host, port] = HttpPool(host, port, max_connections=self._connections)
-        try:
-            response = await pool.request("GET", target, timeout_s=self._timeout_s)
-        except (TimeoutError, TransportError):
-            return False
-        return 200 <= response.status < 300
 
 
 @contextlib.contextmanager

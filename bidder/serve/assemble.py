@@ -68,7 +68,8 @@ from ids.snowflake import Snowflake
 from ids.worker_lease import WorkerLease
 from models.scorer import ArtifactError, ModelHandle
 from models.serving import Pricer
-from pacing import LeaseReader, NodePacer, return_leases, run_refresher
+from pacing import LeaseReader, NodePacer
+from pacing.refresher import return_leases, run_refresher
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from bidder.adapters.aws import aws_client
 from bidder.adapters.campaign_store import CampaignTable
 from bidder.adapters.valkey import connect_sync
-from bidder.core.campaigns import campaign_to_doc, load_campaign_file
+from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
 from bidder.core.tokens import generate_key
 from bidder.decide.profiles import ProfileStoreError, ProfileTable
 from bidder.serve.admin import build_admin_app

@@ -22,7 +22,7 @@ deferred journal are adopted by another process, the leases expire):
    journaled, for another worker to adopt), the ledger shipper;
 3. close, in order (``state.closers``): the deferred journal, the ledger producer
    (ships what is spooled, within its flush timeout), the pacing leases (deregister,
-   then return them: ``pacing.node.return_leases``), the Snowflake id lease, the
+   then return them: ``pacing.refresher.return_leases``), the Snowflake id lease, the
    clients.
 
 Bid requests racing the stop are not answered ``shutting_down``: one sent on an idle

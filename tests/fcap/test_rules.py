@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bidder.core.campaigns import CapPolicy, load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
+from bidder.core.campaigns import CapPolicy
 from fcap.rules import (
     SUB_BUCKETS,
     TOKEN_CHARS,

@@ -12,7 +12,8 @@ from pathlib import Path
 import lightgbm
 import pytest
 
-from bidder.core.campaigns import Campaign, load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
+from bidder.core.campaigns import Campaign
 from models.logs import Impression, impressions, win_outcomes
 from models.scorer import Scorer
 from models.train import Dataset, TrainConfig, TrainReport, dataset, fit, write_artifact

@@ -25,7 +25,7 @@ from bidder.bidstream.generator import generate
 from bidder.bidstream.stream import read_stream
 from bidder.chaos.ledger import distinct, read_ledger
 from bidder.chaos.observe import samples
-from bidder.core.campaigns import load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.ledger import LedgerEntry
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult

@@ -16,7 +16,8 @@ from bidder.core.clock import ManualClock
 from bidder.core.nobid import NoBid
 from pacing.lease import Lease
 from pacing.lease_store import LeaseReader, LeaseWriter, leases_key
-from pacing.node import NodePacer, refresh_once
+from pacing.node import NodePacer
+from pacing.refresher import refresh_once
 
 T0 = 1_767_225_600_000
 

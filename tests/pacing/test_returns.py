@@ -23,7 +23,8 @@ from pacing.lease_store import (
     returned_key,
     returns_log_key,
 )
-from pacing.node import NodePacer, refresh_once, return_leases
+from pacing.node import NodePacer
+from pacing.refresher import refresh_once, return_leases
 
 T0 = 1_767_225_600_000
 OLD = Lease(1, 1_000, T0 + 10_000, 1_000_000)

@@ -47,7 +47,8 @@ from bidder.chaos.result import (
 )
 from bidder.chaos.rogue import ROGUE_NODE, RogueNode, target_micros_per_s
 from bidder.chaos.steps import Run, audit_money, replay_pass, run_on_stack
-from bidder.core.campaigns import Campaign, load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
+from bidder.core.campaigns import Campaign
 from bidder.replay.report import ReplayResult
 from bidder.serve.settings import Settings
 

@@ -21,22 +21,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bidder.bidstream import inventory as inv
+from bidder.bidstream._render import seller_path
 from bidder.bidstream.generator import (
     MAX_DUPLICATE_LAG_MS,
-    GenSummary,
     boost_scale,
     generate,
     parse_ssp_boost,
 )
 from bidder.bidstream.population import population
 from bidder.bidstream.privacy import grants_dsp, user_tcf
-from bidder.bidstream.render import seller_path
 from bidder.bidstream.stream import read_stream
+from bidder.bidstream.summary import GenSummary
 from bidder.bidstream.supply import has_ads_txt, publishers, write_supply_files
-from bidder.bidstream.tcf import TcfConsent, encode_tc_string
 from bidder.core.nobid import NoBid
 from bidder.decide.consent import ConsentPolicy, evaluate
 from bidder.openrtb.request import InvalidRequest, parse_bid_request
+from bidder.openrtb.tcf import TcfConsent
+from bidder.openrtb.tcf_encode import encode_tc_string
 from bidder.supply.files import DirectorySource, load_files
 from bidder.supply.schain import SupplyFiles, Verdict, verify
 from tests.bidder.tcf_strategies import tc_consents

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bidder.core.campaign_docs import campaign_to_doc, campaigns_from_docs, load_campaign_file
 from bidder.core.campaigns import (
     CAP_SCOPES,
     CHANNELS,
@@ -22,9 +23,6 @@ from bidder.core.campaigns import (
     Creative,
     FrequencyCap,
     Targeting,
-    campaign_to_doc,
-    campaigns_from_docs,
-    load_campaign_file,
 )
 
 CAMPAIGNS = Path(__file__).resolve().parents[3] / "fixtures" / "openrtb" / "campaigns.json"

@@ -15,15 +15,10 @@ from hypothesis import strategies as st
 from bidder.bidstream.population import population
 from bidder.bidstream.privacy import user_tcf
 from bidder.decide.consent import ALLOW, CHILD, CONTEXTUAL, REFUSE, ConsentPolicy, evaluate
-from bidder.openrtb.request import BidRequest, parse_bid_request
-from bidder.openrtb.tcf import (
-    PubRestriction,
-    TcfConsent,
-    TcfError,
-    decode_core,
-    encode_tc_string,
-    vendor_view,
-)
+from bidder.openrtb.request import parse_bid_request
+from bidder.openrtb.tcf import PubRestriction, TcfConsent, TcfError, decode_core, vendor_view
+from bidder.openrtb.tcf_encode import encode_tc_string
+from bidder.openrtb.view import BidRequest
 from tests.bidder.tcf_strategies import tc_consents
 
 POLICY = ConsentPolicy()

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from bidder.core.campaigns import Campaign, campaigns_from_docs, load_campaign_file
+from bidder.core.campaign_docs import campaigns_from_docs, load_campaign_file
+from bidder.core.campaigns import Campaign
 from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import (
     CampaignIndex,
@@ -19,7 +20,8 @@ from bidder.decide.eligibility import (
     domain_keys,
     select,
 )
-from bidder.openrtb.request import BidRequest, InvalidRequest, parse_bid_request
+from bidder.openrtb.request import InvalidRequest, parse_bid_request
+from bidder.openrtb.view import BidRequest
 
 REPO = Path(__file__).resolve().parents[3]
 CAMPAIGNS = REPO / "fixtures" / "openrtb" / "campaigns.json"

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bidder.decide.identity import MAX_KEY_CHARS, identify
-from bidder.openrtb.request import BidRequest, parse_bid_request
+from bidder.openrtb.request import parse_bid_request
+from bidder.openrtb.view import BidRequest
 
 _IFA = "6D92078A-8246-4BA4-AE5B-76104861E7DC"
 

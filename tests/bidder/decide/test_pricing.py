@@ -6,7 +6,8 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bidder.core.campaigns import Campaign, campaigns_from_docs
+from bidder.core.campaign_docs import campaigns_from_docs
+from bidder.core.campaigns import Campaign
 from bidder.decide.eligibility import Candidate
 from bidder.decide.pricing import base_price
 from bidder.openrtb.request import parse_bid_request

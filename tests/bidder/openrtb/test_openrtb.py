@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bidder.openrtb.request import MAX_IMPS, BidRequest, Imp, InvalidRequest, parse_bid_request
+from bidder.openrtb.request import MAX_IMPS, InvalidRequest, parse_bid_request
+from bidder.openrtb.view import BidRequest, Imp
 from tests.bidder.json_strategies import json_values as any_json
 from tests.bidder.openrtb_checks import with_replaced
 

@@ -13,7 +13,7 @@ import pytest_asyncio
 
 from bidder.adapters.aws import aws_client
 from bidder.adapters.campaign_store import CampaignTable, StoreError
-from bidder.core.campaigns import campaign_to_doc, load_campaign_file
+from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
 from bidder.pipeline.campaign_book import CampaignBook
 from tests.bidder.conftest import CAMPAIGNS
 from tests.published import sample

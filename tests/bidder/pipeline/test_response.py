@@ -11,11 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bidder.core.campaigns import Creative, load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
+from bidder.core.campaigns import Creative
 from bidder.core.clock import ManualClock
 from bidder.core.tokens import TokenSigner
 from bidder.decide.eligibility import Candidate
-from bidder.openrtb.request import BidRequest, Imp, parse_bid_request
+from bidder.openrtb.request import parse_bid_request
+from bidder.openrtb.view import BidRequest, Imp
 from bidder.pipeline.response import (
     BidTemplate,
     NoticeUrls,

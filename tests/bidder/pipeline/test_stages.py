@@ -7,7 +7,8 @@ from typing import Any
 import orjson
 import pytest
 
-from bidder.core.campaigns import Campaign, load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
+from bidder.core.campaigns import Campaign
 from bidder.core.clock import ManualClock
 from bidder.core.nobid import NoBid
 from bidder.decide.consent import ConsentPolicy

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from bidder.bidstream.auction import Market
 from bidder.bidstream.stream import StreamRecord, encode_record, read_stream, write_stream
-from bidder.replay.replayer import NoticeSend, ReplayOptions, plan_notices, replay
+from bidder.replay.notices import NoticeSend, plan_notices
+from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import render_table, status_classes, to_json
 
 # Competition fixed at exactly the floor (1.0): every bid of 5.0 wins at 1.01 (second price).

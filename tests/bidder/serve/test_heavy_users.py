@@ -39,7 +39,7 @@ from bidder.bidstream.generator import generate
 from bidder.bidstream.stream import read_stream
 from bidder.chaos.ledger import read_ledger
 from bidder.chaos.observe import metric
-from bidder.core.campaigns import load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.ledger import LedgerEntry
 from bidder.core.tokens import TokenSigner
 from bidder.replay.notice_recorder import NoticeRecorder

@@ -11,10 +11,11 @@ from typing import Any
 
 import orjson
 
-from bidder.core.campaigns import load_campaign_file
+from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import Candidate
-from bidder.openrtb.request import BidRequest, parse_bid_request
+from bidder.openrtb.request import parse_bid_request
+from bidder.openrtb.view import BidRequest
 from bidder.supply.ads_txt import parse_ads_txt
 from bidder.supply.schain import PASS, SupplyFiles, Verdict, apply_policy, verify
 from bidder.supply.sellers_json import parse_sellers_json

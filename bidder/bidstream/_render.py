@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from bidder.bidstream import inventory as inv
-from bidder.bidstream.draw import Auction, ImpSpec, uuid_like
+from bidder.bidstream._draw import Auction, ImpSpec, uuid_like
 from bidder.bidstream.privacy import consent_string, regs
 
 _BASE62 = string.digits + string.ascii_letters

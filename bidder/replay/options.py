@@ -1,0 +1,62 @@
+"""The options of a replay: pace, timeouts, the exchange's market and notice behaviour.
+
+Validated when made (every problem in one ``ValueError``), so a bad option fails
+before the replay starts, not in the middle of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bidder.bidstream.auction import Market
+from bidder.replay.schedule import Pacing
+from bidder.supply.path import DEFAULT_POLICY, PathPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOptions:
+    speed: float = 1.0
+    rate: float | None = None
+    duration_s: float | None = None
+    warmup_s: float = 0.0
+    timeout_ms: float = 100.0
+    deadline_ms: float = 8.0
+    max_connections: int = 512
+    market: Market = field(default_factory=Market)
+    notices: bool = True
+    notice_timeout_ms: float = 1000.0
+    notice_drain_s: float = 5.0
+    notice_connections: int = 64
+    duplicate_notices: float = 0.0
+    """Share (0-1) of wins whose exchange sends one of their notices twice."""
+    reorder_notices: bool = False
+    """Bill before win for half the wins; each win's notices start at a random point
+    inside ``notice_window_ms``, so notices of different wins interleave."""
+    notice_window_ms: float = 250.0
+    """The reordering window; late duplicates go 1-1.5 windows after their win's start."""
+    path_policy: PathPolicy = DEFAULT_POLICY
+    """The bidder's supply-path preferences: ranks copies in the duplicate-auctions report."""
+
+    def __post_init__(self) -> None:
+        positive = (
+            "timeout_ms",
+            "deadline_ms",
+            "notice_timeout_ms",
+            "max_connections",
+            "notice_connections",
+        )
+        problems = [f"{name} must be positive" for name in positive if not getattr(self, name) > 0]
+        problems += [
+            f"{name} must not be negative"
+            for name in ("warmup_s", "notice_drain_s", "notice_window_ms")
+            if getattr(self, name) < 0
+        ]
+        if not 0 <= self.duplicate_notices <= 1:
+            problems.append(f"duplicate_notices must be 0-1, got {self.duplicate_notices}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        Pacing(self.speed, self.rate, self.duration_s)  # raises now for a bad pace, not mid-replay
+
+    @property
+    def pacing(self) -> Pacing:
+        return Pacing(speed=self.speed, rate=self.rate, duration_s=self.duration_s)

@@ -1,0 +1,67 @@
+"""The I/O around a node's pacer: the lease refresher and the return at shutdown.
+
+``run_refresher`` reloads the node's leases from Valkey every interval and heartbeats
+the node into the live set; a failed refresh leaves only unexpired leases spending
+(``pacing.node`` states the rule). ``return_leases`` gives the unspent remainders back
+when the worker stops. These load redis-py; the pacer itself (``NodePacer``) does not,
+so the package's face stays light for the hot path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from redis.exceptions import RedisError
+
+from bidder.core.clock import Clock
+from pacing.lease import LeaseFormatError
+from pacing.lease_store import LeaseReader
+from pacing.node import NodePacer
+
+log = logging.getLogger("bidsim.pacing")
+
+
+async def refresh_once(pacer: NodePacer, reader: LeaseReader, clock: Clock) -> bool:
+    """Heartbeat and reload the leases; on any failure only unexpired leases spend."""
+    try:
+        leases = await reader.refresh(clock.wall_ms())
+    except (TimeoutError, RedisError, OSError, LeaseFormatError) as exc:
+        if pacer.available:
+            log.warning("pacing: lease refresh failed, spending only unexpired leases: %s", exc)
+        pacer.unavailable()
+        return False
+    pacer.install(leases)
+    return True
+
+
+async def run_refresher(
+    pacer: NodePacer,
+    reader: LeaseReader,
+    clock: Clock,
+    interval_s: float = 1.0,
+    timeout_s: float = 0.5,
+) -> None:
+    """Refresh every ``interval_s`` until cancelled (``return_leases`` deregisters)."""
+    while True:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await refresh_once(pacer, reader, clock)
+        except TimeoutError:
+            pacer.unavailable()
+        await asyncio.sleep(interval_s)
+
+
+async def return_leases(pacer: NodePacer, reader: LeaseReader, timeout_s: float = 1.0) -> bool:
+    """Leave the live set and give every lease back (shutdown, once the refresher has
+    stopped); False if Valkey could not be told: the leases then simply expire."""
+    held = pacer.surrender()
+    try:
+        async with asyncio.timeout(timeout_s):
+            await reader.leave()
+            records = await reader.give_back(held)
+    except (TimeoutError, RedisError, OSError) as exc:
+        log.warning("pacing: leases not returned (they expire on their own): %s", exc)
+        return False
+    log.info("pacing: node %s returned its leases (%d records)", reader.node_id, records)
+    return True
