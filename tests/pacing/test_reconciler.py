@@ -213,9 +213,15 @@ def _assert_totals_match(table: SpendTable, entries: list[LedgerEntry]) -> None:
     assert sum(want.values()) == sum(e.cost_micros for e in entries)
 
 
+def _named(config: PacingConfig) -> list[str]:
+    """The field each problem opens with."""
+    return [problem.split(" ", 1)[0] for problem in config.problems()]
+
+
 def test_config_problems_are_named() -> None:
-    assert PacingConfig(tick_s=0.0).problems()
-    assert replace(PacingConfig(), breaker_ratio=0.5).problems()
+    assert _named(PacingConfig(tick_s=0.0)) == ["tick_s"]
+    assert _named(replace(PacingConfig(), breaker_ratio=0.5)) == ["breaker_ratio"]
+    assert _named(PacingConfig(tick_s=0.0, chunk_micros=0)) == ["tick_s", "chunk_micros"]
     assert PacingConfig().problems() == []
 
 

@@ -584,7 +584,14 @@ def test_select_never_raises_and_candidates_respect_the_floor(
     except InvalidRequest:
         reject()
     result = select(request, _FIXTURE_INDEX, EligibilityPolicy(bid_on_test=bid_on_test))
-    assert isinstance(result, NoBid) or result
+    if doc.get("test") == 1 and not bid_on_test:
+        assert result is NoBid.TEST_REQUEST
+    elif doc.get("cur") and "USD" not in doc["cur"]:
+        assert result is NoBid.CURRENCY
+    elif isinstance(result, list):
+        assert len(result) > 0, "no candidate is a NoBid reason, never an empty list"
+    else:
+        assert result is not NoBid.TEST_REQUEST
     for candidate in result if isinstance(result, list) else ():
         assert candidate.campaign.max_bid_cpm_micros >= candidate.imp.bidfloor_micros
         assert getattr(candidate.imp, candidate.creative.format) is not None
