@@ -61,8 +61,21 @@ def _signal(stack: LocalStack, sig: signal.Signals) -> None:
     os.kill(stack.pids["valkey"], sig)
 
 
-async def _check(store: FcapStore) -> object:
-    return await store.check([OPEN], new_user(), None, T0, far_deadline())
+async def _check(store: FcapStore, user: str | None = None) -> CheckResult:
+    return await store.check([OPEN], user or new_user(), None, T0, far_deadline())
+
+
+async def _at_the_cap(store: FcapStore) -> str:
+    """A user who has seen OPEN's 3 impressions: a check that reaches the server says
+    capped, and one that answers without it cannot know."""
+    user = new_user()
+    for n in range(3):
+        await store.count(f"imp-{n}", OPEN, "win", user, None, T0, T0)
+    return user
+
+
+def _capped(result: CheckResult) -> tuple[set[Subject], frozenset[Subject]]:
+    return set(result.capped), result.unknown
 
 
 async def _check_while_paused(store: FcapStore, private: LocalStack) -> FcapUnavailable:
@@ -86,19 +99,22 @@ async def test_a_paused_server_times_out_within_the_check_timeout(
 async def test_a_resumed_server_answers_the_same_client(
     store: FcapStore, private: LocalStack
 ) -> None:
+    user = await _at_the_cap(store)
     await _check_while_paused(store, private)
-    assert await _check(store)
+    assert _capped(await _check(store, user)) == ({OPEN}, frozenset())
 
 
 async def test_a_timed_out_check_keeps_its_connection(
     store: FcapStore, private: LocalStack
 ) -> None:
     assert store.pipelined is not None
+    user = await _at_the_cap(store)  # before counting connections: it uses the client's
     with redis.Redis.from_url(private.valkey_url) as admin:
         before = admin.info("stats")["total_connections_received"]
         dropped = store.pipelined.dropped
         await _check_while_paused(store, private)
-        assert await _check(store)  # answered after the late reply, on the same socket
+        # Answered after the late reply, on the same socket, with this check's own answer.
+        assert _capped(await _check(store, user)) == ({OPEN}, frozenset())
         assert store.pipelined.dropped == dropped + 1
         assert admin.info("stats")["total_connections_received"] == before
 

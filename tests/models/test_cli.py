@@ -64,9 +64,11 @@ def test_profiles_load_writes_the_profiles_of_the_streams_users(
     stored: dict[str, Profile | None] = {}
     for start in range(0, len(keys), MAX_BATCH_KEYS):
         stored.update(store.get_many(keys[start : start + MAX_BATCH_KEYS]))
-    assert {k for k, p in stored.items() if p is not None} == {
-        k for k in keys if synth_profile(k, 0) is not None
-    }
+    known = {k for k in keys if synth_profile(k, 0) is not None}
+    # About 80% of users have a profile: the stream has both kinds, so an empty read (or
+    # a load that wrote nothing, or everything) cannot match.
+    assert len(keys) >= 50 and 0 < len(known) < len(keys)
+    assert {k for k, p in stored.items() if p is not None} == known
 
 
 def test_profiles_load_reports_an_unreachable_store(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +22,7 @@ from models.train import dataset
 from tests.models.conftest import World
 
 HOUR_MS = 3_600_000
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _columns(row: np.ndarray) -> dict[str, float]:
@@ -141,9 +144,29 @@ def test_categorical_columns_hold_small_non_negative_integers(world: World) -> N
     assert np.all(x >= 0) and np.all(x == np.floor(x)) and np.all(x <= 128)
 
 
-def test_fingerprint_is_a_hash_of_the_definition() -> None:
-    assert features._fingerprint() == features.FINGERPRINT
+def test_the_committed_model_was_trained_on_this_definition() -> None:
+    meta = orjson.loads((REPO / "models" / "artifact" / "ctr.json").read_bytes())
+    assert meta["fingerprint"] == features.FINGERPRINT
     assert len(features.FINGERPRINT) == 16
+
+
+@pytest.mark.parametrize(
+    ("name", "changed"),
+    [
+        ("FEATURE_VERSION", "another"),
+        ("SSPS", ("ssp-other",)),
+        ("CHANNELS", ("other",)),
+        ("COUNTRIES", ("ZZZ",)),
+        ("MEDIA", ("other",)),
+        ("MAX_DEVICETYPE", 99),
+        ("CREATIVE_BUCKETS", 7),
+    ],
+)
+def test_the_fingerprint_changes_with_any_part_of_the_definition(
+    monkeypatch: pytest.MonkeyPatch, name: str, changed: object
+) -> None:
+    monkeypatch.setattr(features, name, changed)
+    assert features._fingerprint() != features.FINGERPRINT
 
 
 @given(st.integers(1, 26), st.integers(1, 99))

@@ -19,7 +19,7 @@ from bidder.core.clock import ManualClock
 from bidder.core.ledger import LedgerEntry, cost_of
 from bidder.core.nobid import NoBid
 from pacing.curves import day_of
-from pacing.lease import Lease, LeaseAccount, chunk_micros
+from pacing.lease import Lease, LeaseAccount
 from pacing.lease_store import (
     LeaseWriter,
     decode_leases,
@@ -38,6 +38,8 @@ from pacing.spend_table import SpendTable
 T0 = 1_767_268_800_000  # 2026-01-01 12:00 UTC
 BUDGET = 10_000_000_000
 CREATIVE = Creative("cr", "banner", "<b/>", ("a.example",), 300, 250)
+CHUNK = 17_361_111
+"""A node's lease: 10_000_000_000 micros / 2 live nodes / 288 five-minute periods."""
 
 
 def _campaign(cid: str, advertiser: str) -> Campaign:
@@ -155,7 +157,7 @@ def test_leases_reach_every_live_node_and_respect_the_budget(
     assert report.result.violations == [] and sorted(report.nodes) == ["n1", "n2"]
     leases = decode_leases(valkey.hgetall(leases_key("n1", world["prefix"])))
     assert set(leases) == {"c1", "c2", "c3"}
-    assert leases["c1"].amount_micros == chunk_micros(BUDGET, 2)
+    assert leases["c1"].amount_micros == CHUNK
     for plan in report.result.plans:
         assert plan.spent_micros + plan.exposure_micros <= BUDGET
 
@@ -168,16 +170,32 @@ def test_a_stalled_reconciler_stops_spending_after_two_ticks(
     node = NodePacer("n1", clock, rng=lambda: 0.0)
     raw = valkey.hgetall(leases_key("n1", world["prefix"]))
     node.install(decode_leases(raw))
-    chunk = node.remaining("c1")
-    assert chunk is not None
-    spent = 0
-    while node.admit("c1", 1_000) is None and spent < 10 * chunk:
-        node.debit("c1", 1_000)
-        spent += 1_000
-    assert spent <= chunk  # the reconciler is gone: the chunk is all it may spend
+    impressions = 0
+    while node.admit("c1", STALL_COST) is None and impressions < 10 * CHUNK // STALL_COST:
+        node.debit("c1", STALL_COST)
+        impressions += 1
+    # The reconciler is gone: the chunk is all it may spend, and it spends the chunk.
+    assert impressions == CHUNK // STALL_COST == 173
     node.install({"c2": Lease.decode(raw[b"c2"])})
     clock.advance(10.0)  # two missed ticks
     assert node.admit("c2", 1) is NoBid.NO_LEASE
+    _put(world, _stall_spend(impressions))  # the spend's ledger entries, once it is back
+    report = reconciler.tick()
+    spent = {p.campaign_id: p.spent_micros for p in report.result.plans}
+    assert spent == {"c1": 173 * STALL_COST, "c2": 0, "c3": 0}
+
+
+STALL_COST = 100_000
+"""Micros per impression in the stall test: a $100 CPM impression costs $0.10."""
+
+
+def _stall_spend(impressions: int) -> list[LedgerEntry]:
+    ids = [(20_000 + i, f"stall-imp{i}", f"stall-bid{i}") for i in range(impressions)]
+    price = 100_000_000
+    return [
+        LedgerEntry(ledger, "win", "c1", "adv1", "cr", imp, bid, price, STALL_COST, 1, T0)
+        for ledger, imp, bid in ids
+    ]
 
 
 def test_undecodable_records_are_skipped_and_counted(world: dict[str, Any]) -> None:
@@ -195,9 +213,15 @@ def _assert_totals_match(table: SpendTable, entries: list[LedgerEntry]) -> None:
     assert sum(want.values()) == sum(e.cost_micros for e in entries)
 
 
+def _named(config: PacingConfig) -> list[str]:
+    """The field each problem opens with."""
+    return [problem.split(" ", 1)[0] for problem in config.problems()]
+
+
 def test_config_problems_are_named() -> None:
-    assert PacingConfig(tick_s=0.0).problems()
-    assert replace(PacingConfig(), breaker_ratio=0.5).problems()
+    assert _named(PacingConfig(tick_s=0.0)) == ["tick_s"]
+    assert _named(replace(PacingConfig(), breaker_ratio=0.5)) == ["breaker_ratio"]
+    assert _named(PacingConfig(tick_s=0.0, chunk_micros=0)) == ["tick_s", "chunk_micros"]
     assert PacingConfig().problems() == []
 
 
@@ -225,8 +249,7 @@ def test_a_departed_nodes_remainders_are_taken_off_on_the_next_tick(
     world["clock"].advance(5.0)
     report = reconciler.tick()
     taken = {p.campaign_id: p.returned_micros for p in report.result.plans}
-    chunk = chunk_micros(BUDGET, 2)
-    assert taken == {"c1": chunk - 100, "c2": chunk, "c3": chunk}
+    assert taken == {"c1": CHUNK - 100, "c2": CHUNK, "c3": CHUNK}
     assert report.nodes == ["n2"]
 
 
@@ -240,7 +263,7 @@ def test_applied_returns_are_deleted_and_logged(world: dict[str, Any], valkey: r
     logged = orjson.loads(valkey.lindex(returns_log_key(world["prefix"]), 0) or b"null")
     assert logged["nodes"] == ["n1"]
     c1 = next(r for r in logged["records"] if r["campaign"] == "c1")
-    assert c1["taken"] == c1["micros"] == chunk_micros(BUDGET, 2) - 100
+    assert c1["taken"] == c1["micros"] == CHUNK - 100
 
 
 def test_a_returned_record_read_again_is_not_taken_off_twice(

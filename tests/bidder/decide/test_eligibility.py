@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import assume, given
+from hypothesis import given, reject
 from hypothesis import strategies as st
 
 from bidder.core.campaign_docs import campaigns_from_docs, load_campaign_file
@@ -584,10 +584,16 @@ def test_select_never_raises_and_candidates_respect_the_floor(
     try:
         request = parse_bid_request(orjson.dumps(doc))
     except InvalidRequest:
-        assume(False)
-        return
+        reject()
     result = select(request, _FIXTURE_INDEX, EligibilityPolicy(bid_on_test=bid_on_test))
-    assert isinstance(result, NoBid) or result
+    if doc.get("test") == 1 and not bid_on_test:
+        assert result is NoBid.TEST_REQUEST
+    elif doc.get("cur") and "USD" not in doc["cur"]:
+        assert result is NoBid.CURRENCY
+    elif isinstance(result, list):
+        assert len(result) > 0, "no candidate is a NoBid reason, never an empty list"
+    else:
+        assert result is not NoBid.TEST_REQUEST
     for candidate in result if isinstance(result, list) else ():
         assert candidate.campaign.max_bid_cpm_micros >= candidate.imp.bidfloor_micros
         assert getattr(candidate.imp, candidate.creative.format) is not None
@@ -613,8 +619,7 @@ def test_whole_index_agrees_with_campaigns_taken_one_at_a_time(doc: dict[str, An
     try:
         request = parse_bid_request(orjson.dumps(doc))
     except InvalidRequest:
-        assume(False)
-        return
+        reject()
     alone = [_select(request, campaign) for campaign in _ACTIVE]
     together = select(request, _FIXTURE_INDEX, EligibilityPolicy())
     candidates = [c for result in alone if isinstance(result, list) for c in result]

@@ -20,7 +20,7 @@ from redis.crc import key_slot
 
 from bidder.adapters.valkey import AsyncValkey, connect_async, connect_pipelined
 from bidder.adapters.valkey_pipelined import PipelinedConnection
-from bidder.core.clock import SystemClock
+from bidder.core.clock import Clock, ManualClock, SystemClock
 from bidder.core.nobid import NoBid
 from bidder.openrtb.request import parse_bid_request
 from bidder.pipeline.auction_claims import (
@@ -123,7 +123,7 @@ async def decide(dedup: SupplyDedupStage, ctx: Context, deadline: float) -> NoBi
 def stage(
     claims: AuctionClaims,
     sleeps: Sleeps,
-    clock: SystemClock,
+    clock: Clock,
     policy: PathPolicy | None = None,
     claim_budget_s: float = CLAIM_BUDGET_S,
     supply: SupplyCache | None = None,
@@ -315,10 +315,13 @@ async def test_a_copy_holds_only_when_a_better_path_can_exist(
 async def test_a_late_copy_holds_only_half_the_time_left(
     pipelined: PipelinedConnection, namespace: str
 ) -> None:
-    sleeps, clock = Sleeps(), loop_clock()
+    # A clock that stands still at the loop's now: the time left is exactly 3.5 ms when
+    # the stage looks, however slowly this machine gets there.
+    sleeps, clock = Sleeps(), ManualClock(start_monotonic=asyncio.get_running_loop().time())
     dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), sleeps, clock)
     await decide(dedup, context("ssp-a", new_tid(), None), clock.monotonic() + 0.0035)
-    assert sleeps.held == [pytest.approx(0.001, abs=0.0002)]
+    # (3.5 ms left - 1.5 ms hold margin) / 2 = 1 ms, under the 3 ms hold.
+    assert sleeps.held == [pytest.approx(0.001, abs=1e-9)]
 
 
 @pytest.mark.asyncio

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from bidder.supply.path import (
@@ -76,8 +76,7 @@ def test_the_best_copy_does_not_depend_on_arrival_order(
 def test_a_listed_ssp_beats_an_unlisted_one_whatever_the_chains(
     policy: PathPolicy, listed_chain: Any, other_chain: Any
 ) -> None:
-    if not policy.preference:
-        return
+    assume(policy.preference)
     listed = policy.preference[-1]
     assert policy.rank(listed, listed_chain) < policy.rank("ssp-unlisted", other_chain)
 
@@ -121,8 +120,7 @@ def _rivals(policy: PathPolicy, ssp: str) -> list[str]:
 def test_no_copy_through_another_ssp_beats_a_top_ranked_one(
     policy: PathPolicy, ssp: str, schain: Any, rival_chain: Any
 ) -> None:
-    if not policy.is_top_ranked(ssp, schain):
-        return
+    assume(policy.is_top_ranked(ssp, schain))
     key = policy.key(ssp, schain)
     assert all(policy.key(other, rival_chain) >= key for other in _rivals(policy, ssp))
 
@@ -131,8 +129,7 @@ def test_no_copy_through_another_ssp_beats_a_top_ranked_one(
 def test_a_copy_that_is_not_top_ranked_can_be_beaten(
     policy: PathPolicy, ssp: str, schain: Any
 ) -> None:
-    if policy.is_top_ranked(ssp, schain):
-        return
+    assume(not policy.is_top_ranked(ssp, schain))
     key = policy.key(ssp, schain)
     assert any(policy.key(other, chain(1)) < key for other in _rivals(policy, ssp))
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -44,6 +45,23 @@ class BlockingStage:
 
     async def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
         time.sleep(self._block_s)  # noqa: ASYNC251 - blocking the loop is the point
+        return None
+
+
+class NeverStage:
+    """Awaits a future nobody completes; notes each call and each cancellation."""
+
+    def __init__(self) -> None:
+        self.entered = 0
+        self.cancelled = 0
+
+    async def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
+        self.entered += 1
+        try:
+            await asyncio.get_running_loop().create_future()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
         return None
 
 
@@ -102,3 +120,30 @@ def test_a_bug_in_a_stage_is_a_204_not_a_5xx(bidder_with: StartBidder) -> None:
         "internal_error",
         "1",
     )
+
+
+def test_at_the_real_deadline_a_stage_that_never_returns_is_cancelled(
+    bidder_settings: Settings,
+) -> None:
+    """8 ms, as served. The stage goes first so each request that gets past the clock
+    check before the pipeline reaches it; a request already late there is 204 deadline
+    too. Each answer came, and by then the stage had been cancelled: nothing left
+    awaiting."""
+    settings = replace(
+        bidder_settings,
+        deadline_ms=8.0,
+        fcap_check_timeout_ms=4.0,
+        shed_lag_ms=8.0,
+        shed_stay_lag_ms=8.0,
+        dedup_hold_ms=0.0,
+        dedup_claim_budget_ms=2.0,
+    )
+    stage = NeverStage()
+    first: StagesHook = lambda state: [stage, *state.stages]  # noqa: E731
+    with LiveBidder(settings, stages=first) as bidder:
+        answers = []
+        while stage.entered == 0 and len(answers) < 50:
+            answers.append(bidder.post(SIMPLE_BANNER))
+    assert stage.entered == stage.cancelled == 1
+    assert {(a.status, a.reason) for a in answers} <= {(204, "deadline"), (204, "overloaded")}
+    assert (answers[-1].status, answers[-1].reason) == (204, "deadline")
