@@ -48,6 +48,12 @@ log = logging.getLogger(__name__)
 BID_PATH = "/openrtb2/bid"
 
 
+Job = Callable[[], Coroutine[Any, Any, None]]
+"""A background job: runs until cancelled."""
+Closer = Callable[[], Awaitable[object] | None]
+"""Closes one thing at shutdown; a coroutine function or a plain one."""
+
+
 @dataclass
 class BidderState:
     settings: Settings
@@ -63,10 +69,11 @@ class BidderState:
     """This worker's Snowflake generator (bid and ledger ids); leased worker id."""
     impression_sinks: list[ImpressionSink] = field(default_factory=list)
     """Told of every billed impression (fcap counting, pacing lease debit); append here."""
-    background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
+    background: list[Job] = field(default_factory=list)
     """Forever-running jobs the server starts as tasks and cancels on shutdown."""
-    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    """Awaited in order on shutdown, after the background jobs are cancelled."""
+    closers: list[Closer] = field(default_factory=list)
+    """Called in order on shutdown, after the background jobs are cancelled (and
+    awaited when they return an awaitable)."""
 
 
 def _nobid_headers(reason: NoBid) -> CIMultiDictProxy[str]:

@@ -25,6 +25,9 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 from bidder.adapters.aws import aws_client
 from bidder.adapters.campaign_store import CampaignTable
@@ -52,7 +55,7 @@ from bidder.pipeline.stages import (
     ScoreStage,
     SupplyChainStage,
 )
-from bidder.serve.app import BidderState
+from bidder.serve.app import BidderState, Closer, Job
 from bidder.serve.settings import Settings
 from bidder.supply.files import DirectorySource, S3Source, SupplyCache, SupplySource
 from bidder.winloop.archive import LedgerArchive
@@ -98,109 +101,155 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         raise WorkerStartError("no AWS endpoint configured for the campaign store")
     if settings.valkey_url is None:
         raise WorkerStartError("no Valkey configured for caps, leases, ids and notice dedup")
-    book = await _campaign_book(settings, settings.aws_endpoint)
-    supply = await _supply_cache(settings, settings.aws_endpoint)
-    pricer = Pricer(_model(settings), clock, shading=settings.bid_shading)
-    profiles = _profile_cache(settings, settings.aws_endpoint, clock)
-    valkey = connect_async(
-        settings.valkey_url, cluster=settings.valkey_cluster, timeout_s=_VALKEY_TIMEOUT_S
-    )
-    await _warm_up(valkey)
-    pipelined = await _pipelined(settings, settings.valkey_url)
-    capper = await _capper(settings, settings.valkey_url, pipelined)
+    inputs = await _inputs(settings, settings.aws_endpoint, clock)
+    stores = await _stores(settings, settings.valkey_url)
     pacer = NodePacer(pacing_node_id(os.getpid()), clock)
-    lease_reader = LeaseReader(valkey, pacer.node_id)
+    generator, lease = await _leased_ids(settings, stores.valkey, clock)
+    win = await _win_loop(
+        settings, settings.aws_endpoint, clock, stores, inputs.book, pacer, generator.next_id
+    )
+    signer = _signer(settings)
+    state = BidderState(
+        settings=settings,
+        book=inputs.book,
+        stages=_stages(settings, inputs, stores, pacer, clock),
+        clock=clock,
+        notice_urls=NoticeUrls(
+            settings.notice_base_url, signer, generator.next_id, clock, templates=inputs.book
+        ),
+        next_bid_id=bid_id_source(),
+        signer=signer,
+        biller=win.biller,
+        ids=generator,
+        impression_sinks=win.sinks,
+    )
+    lease_reader = LeaseReader(stores.valkey, pacer.node_id)
+    state.background += [
+        lease.keep,
+        win.producer.run,
+        partial(win.journal.run, win.biller.replay),
+        partial(run_refresher, pacer, lease_reader, clock, settings.lease_refresh_s),
+        *_refreshers(settings, inputs),
+        partial(run_flusher, settings.metrics_flush_s),
+    ]
+    state.closers += [
+        win.journal.close,
+        win.producer.close,
+        partial(return_leases, pacer, lease_reader),  # after the flush: see bidder.serve.worker
+        lease.release,
+        inputs.profiles.close,
+        *stores.closers(),
+        flush,  # last: what the closers counted too
+    ]
+    return state
+
+
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """What the stages decide with, each loaded once before the port opens."""
+
+    book: CampaignBook
+    supply: SupplyCache
+    pricer: Pricer
+    profiles: ProfileCache
+
+
+async def _inputs(settings: Settings, endpoint: str, clock: Clock) -> _Inputs:
+    book = await _campaign_book(settings, endpoint)
+    supply = await _supply_cache(settings, endpoint)
+    pricer = Pricer(_model(settings), clock, shading=settings.bid_shading)
+    return _Inputs(book, supply, pricer, _profile_cache(settings, endpoint, clock))
+
+
+def _refreshers(settings: Settings, inputs: _Inputs) -> list[Job]:
+    """The background jobs keeping the inputs fresh."""
+    return [
+        partial(inputs.book.keep_fresh, settings.campaign_refresh_s),
+        partial(inputs.supply.keep_fresh, settings.supply_refresh_s),
+        partial(_keep_model_fresh, inputs.pricer, settings.model_reload_s),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Stores:
+    """The Valkey clients: the shared one, the bid path's pipelined one (single server
+    only) and the frequency capper's."""
+
+    valkey: AsyncValkey
+    pipelined: PipelinedConnection | None
+    capper: FrequencyCapper
+
+    def closers(self) -> list[Closer]:
+        closers: list[Closer] = [self.valkey.aclose, self.capper.store.client.aclose]
+        if self.pipelined is not None:
+            closers.append(self.pipelined.aclose)
+        return closers
+
+
+async def _stores(settings: Settings, url: str) -> _Stores:
+    valkey = connect_async(url, cluster=settings.valkey_cluster, timeout_s=_VALKEY_TIMEOUT_S)
+    await _warm_up(valkey)
+    pipelined = await _pipelined(settings, url)
+    return _Stores(valkey, pipelined, await _capper(settings, url, pipelined))
+
+
+def _stages(
+    settings: Settings, inputs: _Inputs, stores: _Stores, pacer: NodePacer, clock: Clock
+) -> list[Stage]:
+    """The bid path's stages, in hot-path order (the module docstring)."""
+    book = inputs.book
     stages: list[Stage] = [
         ConsentStage(ConsentPolicy(vendor_id=settings.tcf_vendor_id)),
         EligibilityStage(book, EligibilityPolicy(bid_on_test=settings.bid_on_test)),
-        SupplyChainStage(supply),
-        ProfileStage(profiles, miss_nobid=settings.profile_miss == "nobid"),
+        SupplyChainStage(inputs.supply),
+        ProfileStage(inputs.profiles, miss_nobid=settings.profile_miss == "nobid"),
         PacingStage(pacer),
-        FcapStage(capper, book, clock),
-        ScoreStage(pricer, book),
+        FcapStage(stores.capper, book, clock),
+        ScoreStage(inputs.pricer, book),
     ]
     if settings.dedup_window_ms > 0:
-        stages.append(_dedup_stage(settings, pipelined or valkey, supply, clock))
-    generator, lease = await _leased_ids(settings, valkey, clock)
-    producer = await _ledger_producer(settings, settings.aws_endpoint, clock)
-    journal = await _deferred_journal(settings, settings.aws_endpoint, clock)
-    signer = _signer(settings)
-    sinks: list[ImpressionSink] = [CapCounter(capper, book, clock), LeaseDebit(pacer)]
+        claims_on = stores.pipelined or stores.valkey
+        stages.append(_dedup_stage(settings, claims_on, inputs.supply, clock))
+    return stages
+
+
+@dataclass(frozen=True, slots=True)
+class _WinLoop:
+    """Where a billed impression goes: the ledger, the deferred journal, the sinks."""
+
+    producer: SpendProducer
+    journal: DeferredJournal
+    sinks: list[ImpressionSink]
+    biller: Biller
+
+
+async def _win_loop(
+    settings: Settings,
+    endpoint: str,
+    clock: Clock,
+    stores: _Stores,
+    book: CampaignBook,
+    pacer: NodePacer,
+    next_id: Callable[[], int],
+) -> _WinLoop:
+    """The win path's parts; ``next_id`` gives ledger ids."""
+    producer = await _ledger_producer(settings, endpoint, clock)
+    journal = await _deferred_journal(settings, endpoint, clock)
+    sinks: list[ImpressionSink] = [
+        CapCounter(stores.capper, book, clock),
+        LeaseDebit(pacer),
+    ]
     biller = Biller(
-        valkey,
+        stores.valkey,
         producer,
-        generator.next_id,
+        next_id,
         clock,
         sinks,
         dedup_ttl_ms=round(settings.notice_max_age_s * 1000) + _DEDUP_SLACK_MS,
         namespace=settings.key_namespace,
         deferred=journal,
     )
-    state = BidderState(
-        settings=settings,
-        book=book,
-        stages=stages,
-        clock=clock,
-        notice_urls=NoticeUrls(
-            settings.notice_base_url, signer, generator.next_id, clock, templates=book
-        ),
-        next_bid_id=bid_id_source(),
-        signer=signer,
-        biller=biller,
-        ids=generator,
-        impression_sinks=sinks,
-    )
-
-    async def refresh_leases() -> None:
-        await run_refresher(pacer, lease_reader, clock, settings.lease_refresh_s)
-
-    async def refresh_campaigns() -> None:
-        await book.keep_fresh(settings.campaign_refresh_s)
-
-    async def refresh_supply() -> None:
-        await supply.keep_fresh(settings.supply_refresh_s)
-
-    async def reload_model() -> None:
-        await _keep_model_fresh(pricer, settings.model_reload_s)
-
-    async def close_profiles() -> None:
-        profiles.close()
-
-    async def replay_deferred() -> None:
-        await journal.run(biller.replay)
-
-    async def publish_metrics() -> None:
-        await run_flusher(settings.metrics_flush_s)
-
-    async def publish_last_metrics() -> None:  # what the closers counted too
-        flush()
-
-    async def return_pacing_leases() -> None:  # after the flush: see bidder.serve.worker
-        await return_leases(pacer, lease_reader)
-
-    state.background += [
-        lease.keep,
-        producer.run,
-        replay_deferred,
-        refresh_leases,
-        refresh_campaigns,
-        refresh_supply,
-        reload_model,
-        publish_metrics,
-    ]
-    state.closers += [
-        journal.close,
-        producer.close,
-        return_pacing_leases,
-        lease.release,
-        close_profiles,
-        valkey.aclose,
-        capper.store.client.aclose,
-    ]
-    if pipelined is not None:
-        state.closers.append(pipelined.aclose)
-    state.closers.append(publish_last_metrics)
-    return state
+    return _WinLoop(producer, journal, sinks, biller)
 
 
 def _dedup_stage(

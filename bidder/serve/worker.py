@@ -82,7 +82,9 @@ async def stop_background(state: BidderState, tasks: list[asyncio.Task[None]]) -
             await task
     for close in state.closers:
         try:
-            await close()
+            closing = close()
+            if closing is not None:
+                await closing
         except Exception as exc:  # shutting down: report and go on closing the rest
             log.warning("error while closing %s: %s", getattr(close, "__qualname__", close), exc)
 
