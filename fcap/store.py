@@ -203,7 +203,7 @@ class FcapStore:
                 args = (now_ms, impression_ms, len(rules), *rules_argv(rules))
                 dedup = keys.dedup(kind, key, impression_id)
                 calls.append(
-                    scripts.COUNT(
+                    scripts.COUNT.run(
                         self.client, (keys.counters(kind, key), dedup), args, self._loading
                     )
                 )
@@ -225,7 +225,7 @@ class FcapStore:
             rules = subject.user_rules if kind == keys.USER else subject.household_rules
             args = (reservation.at_ms, len(rules), *rules_argv(rules))
             calls.append(
-                scripts.RELEASE(self.client, (keys.counters(kind, key),), args, self._loading)
+                scripts.RELEASE.run(self.client, (keys.counters(kind, key),), args, self._loading)
             )
         await self._run(calls, self._write_limit(deadline))
 
@@ -256,7 +256,7 @@ class FcapStore:
         hash_key = keys.counters(kind, key or "")
         if period.requests:
             args: tuple[str | int, ...] = (now_ms, period.requests, *period.fields)
-            return await scripts.CHECK(self.client, (hash_key,), args, self._loading)
+            return await scripts.CHECK.run(self.client, (hash_key,), args, self._loading)
         # A Cluster client routes the read to the key's node (to a replica of its slot
         # when built with replica reads: ``fcap.connect``).
         return await self.client.execute_command("HMGET", hash_key, *period.fields)
