@@ -29,8 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from bidder.adapters.aws import aws_client
-from bidder.adapters.campaign_store import CampaignTable
 from bidder.adapters.valkey import AsyncValkey, connect_async, connect_pipelined, warm_up
 from bidder.adapters.valkey_pipelined import PipelinedConnection
 from bidder.core import metrics
@@ -39,8 +37,7 @@ from bidder.core.published_metrics import flush, run_flusher
 from bidder.core.tokens import TokenSigner, generate_key
 from bidder.decide.consent import ConsentPolicy
 from bidder.decide.eligibility import EligibilityPolicy
-from bidder.decide.profile_cache import CacheConfig, ProfileCache
-from bidder.decide.profiles import ProfileTable
+from bidder.decide.profile_cache import ProfileCache
 from bidder.pipeline.auction_claims import AuctionClaims, SupplyDedupStage
 from bidder.pipeline.campaign_book import CampaignBook
 from bidder.pipeline.response import NoticeUrls
@@ -55,27 +52,33 @@ from bidder.pipeline.stages import (
     ScoreStage,
     SupplyChainStage,
 )
+from bidder.serve._loads import (
+    WorkerStartError,
+    campaign_book,
+    deferred_journal,
+    keep_model_fresh,
+    ledger_producer,
+    load_model,
+    profile_cache,
+    supply_cache,
+)
 from bidder.serve.app import BidderState, Closer, Job
 from bidder.serve.settings import Settings
-from bidder.supply.files import DirectorySource, S3Source, SupplyCache, SupplySource
-from bidder.winloop.archive import LedgerArchive
+from bidder.supply.files import SupplyCache
 from bidder.winloop.billing import Biller, ImpressionSink
 from bidder.winloop.deferred import EXACT_REPLAY_ALLOWANCE_MS, DeferredJournal
 from bidder.winloop.notices import MAX_SKEW_MS
-from bidder.winloop.spend_stream import KinesisStream, SpendProducer, default_spool_dir
-from bidder.winloop.spool import Spool
+from bidder.winloop.spend_stream import SpendProducer
 from fcap import FcapStore, FrequencyCapper, NegativeCache
 from fcap import connect as fcap_connect
 from ids.bid_ids import bid_id_source
 from ids.snowflake import Snowflake
 from ids.worker_lease import WorkerLease
-from models.scorer import ArtifactError, ModelHandle
 from models.serving import Pricer
 from pacing import LeaseReader, NodePacer, return_leases, run_refresher
 
 log = logging.getLogger(__name__)
 
-_FIRST_LOAD_TIMEOUT_S = 20.0
 _VALKEY_TIMEOUT_S = 0.5
 _FIRST_LEASE_TIMEOUT_S = 5.0
 _FCAP_START_TIMEOUT_S = 5.0
@@ -83,10 +86,6 @@ _FCAP_START_TIMEOUT_S = 5.0
 # so a duplicate inside the window always finds its key; and the replay allowance, so
 # a deferred notice replayed a little after its window is still deduplicated exactly.
 _DEDUP_SLACK_MS = MAX_SKEW_MS + 60_000 + EXACT_REPLAY_ALLOWANCE_MS
-
-
-class WorkerStartError(Exception):
-    """The worker cannot serve; the message says what is missing."""
 
 
 def pacing_node_id(pid: int) -> str:
@@ -155,10 +154,10 @@ class _Inputs:
 
 
 async def _inputs(settings: Settings, endpoint: str, clock: Clock) -> _Inputs:
-    book = await _campaign_book(settings, endpoint)
-    supply = await _supply_cache(settings, endpoint)
-    pricer = Pricer(_model(settings), clock, shading=settings.bid_shading)
-    return _Inputs(book, supply, pricer, _profile_cache(settings, endpoint, clock))
+    book = await campaign_book(settings, endpoint)
+    supply = await supply_cache(settings, endpoint)
+    pricer = Pricer(load_model(settings), clock, shading=settings.bid_shading)
+    return _Inputs(book, supply, pricer, profile_cache(settings, endpoint, clock))
 
 
 def _refreshers(settings: Settings, inputs: _Inputs) -> list[Job]:
@@ -166,7 +165,7 @@ def _refreshers(settings: Settings, inputs: _Inputs) -> list[Job]:
     return [
         partial(inputs.book.keep_fresh, settings.campaign_refresh_s),
         partial(inputs.supply.keep_fresh, settings.supply_refresh_s),
-        partial(_keep_model_fresh, inputs.pricer, settings.model_reload_s),
+        partial(keep_model_fresh, inputs.pricer, settings.model_reload_s),
     ]
 
 
@@ -233,8 +232,8 @@ async def _win_loop(
     next_id: Callable[[], int],
 ) -> _WinLoop:
     """The win path's parts; ``next_id`` gives ledger ids."""
-    producer = await _ledger_producer(settings, endpoint, clock)
-    journal = await _deferred_journal(settings, endpoint, clock)
+    producer = await ledger_producer(settings, endpoint, clock)
+    journal = await deferred_journal(settings, endpoint, clock)
     sinks: list[ImpressionSink] = [
         CapCounter(stores.capper, book, clock),
         LeaseDebit(pacer),
@@ -262,60 +261,6 @@ def _dedup_stage(
     claims = AuctionClaims(valkey, settings.key_namespace, settings.dedup_window_ms)
     hold_s, budget_s = settings.dedup_hold_ms / 1000, settings.dedup_claim_budget_ms / 1000
     return SupplyDedupStage(claims, settings.path_policy, supply, clock, hold_s, budget_s)
-
-
-async def _campaign_book(settings: Settings, endpoint: str) -> CampaignBook:
-    table = CampaignTable(
-        aws_client("dynamodb", endpoint, settings.aws_region), settings.campaigns_table
-    )
-    book = CampaignBook(table)
-    try:
-        await asyncio.wait_for(book.refresh(), _FIRST_LOAD_TIMEOUT_S)
-    except Exception as exc:
-        raise WorkerStartError(f"cannot load campaigns from {endpoint}: {exc}") from exc
-    return book
-
-
-async def _supply_cache(settings: Settings, endpoint: str) -> SupplyCache:
-    source: SupplySource
-    if settings.supply_s3 is not None:
-        bucket, _, prefix = settings.supply_s3.removeprefix("s3://").partition("/")
-        source = S3Source(aws_client("s3", endpoint, settings.aws_region), bucket, prefix)
-    elif settings.supply_dir is not None:
-        source = DirectorySource(settings.supply_dir)
-    else:
-        raise WorkerStartError("no supply files: give --supply-dir or --supply-s3")
-    cache = SupplyCache(source)
-    try:
-        await asyncio.wait_for(cache.refresh(), _FIRST_LOAD_TIMEOUT_S)
-    except Exception as exc:
-        raise WorkerStartError(f"cannot load the supply files: {exc}") from exc
-    return cache
-
-
-def _model(settings: Settings) -> ModelHandle:
-    try:
-        return ModelHandle.load(settings.model_dir)
-    except ArtifactError as exc:
-        raise WorkerStartError(str(exc)) from exc
-
-
-async def _keep_model_fresh(pricer: Pricer, interval_s: float) -> None:
-    """Swap in a new artifact when its files change; a bad one keeps the old model."""
-    while True:
-        await asyncio.sleep(interval_s)
-        try:
-            if await asyncio.to_thread(pricer.model.reload_if_changed):
-                log.info("model artifact reloaded")
-        except ArtifactError as exc:
-            log.error("new model artifact refused, keeping the current one: %s", exc)
-
-
-def _profile_cache(settings: Settings, endpoint: str, clock: Clock) -> ProfileCache:
-    client = aws_client("dynamodb", endpoint, settings.aws_region, quick=True)
-    table = ProfileTable(client, settings.profiles_table)
-    config = CacheConfig(ttl_s=settings.profile_ttl_s, capacity=settings.profile_cache_size)
-    return ProfileCache(table.get_many, clock, config)
 
 
 async def _pipelined(settings: Settings, url: str) -> PipelinedConnection | None:
@@ -379,37 +324,6 @@ async def _leased_ids(
 
 def _count_backwards(refused: bool) -> None:
     metrics.CLOCK_BACKWARDS.labels("refused" if refused else "tolerated").inc()
-
-
-async def _ledger_producer(settings: Settings, endpoint: str, clock: Clock) -> SpendProducer:
-    spool_dir = settings.spool_dir or default_spool_dir(settings.spend_stream, endpoint)
-    stream = KinesisStream(
-        aws_client("kinesis", endpoint, settings.aws_region), settings.spend_stream
-    )
-    archive = LedgerArchive(
-        aws_client("s3", endpoint, settings.aws_region),
-        settings.archive_bucket,
-        settings.archive_retention_days,
-    )
-    try:
-        producer = SpendProducer(Spool(spool_dir), stream, archive, clock)
-        await producer.open()
-    except OSError as exc:
-        raise WorkerStartError(f"cannot open the ledger spool in {spool_dir}: {exc}") from exc
-    return producer
-
-
-async def _deferred_journal(settings: Settings, endpoint: str, clock: Clock) -> DeferredJournal:
-    spool_dir = settings.spool_dir or default_spool_dir(settings.spend_stream, endpoint)
-    directory = spool_dir / "deferred"  # a subdirectory: the spool adopts only its own *.seg
-    try:
-        journal = DeferredJournal(directory, clock)
-        await journal.open()
-    except OSError as exc:
-        raise WorkerStartError(
-            f"cannot open the deferred-notice journal in {directory}: {exc}"
-        ) from exc
-    return journal
 
 
 def _signer(settings: Settings) -> TokenSigner:

@@ -44,8 +44,9 @@ from multiprocessing.connection import Connection
 import uvloop
 from aiohttp import web
 
+from bidder.serve._loads import WorkerStartError
 from bidder.serve.app import BidderState, build_server
-from bidder.serve.assemble import WorkerStartError, build_state
+from bidder.serve.assemble import build_state
 from bidder.serve.settings import Settings
 from bidder.stack.local import die_with_parent
 
