@@ -46,6 +46,7 @@ from redis.exceptions import NoScriptError, RedisError
 from bidder.adapters.valkey import connect_async
 from bidder.adapters.valkey_pipelined import PipelinedConnection, forget
 from bidder.adapters.valkey_wait import Waiter
+from bidder.core.tasks import TaskSet
 from fcap import keys, scripts
 from fcap.plan import RESERVED, Period, Plan, SidePlan, build_plan, decide
 from fcap.rules import Subject, rules_argv
@@ -125,7 +126,7 @@ class FcapStore:
         self.write_timeout_s = write_timeout_s
         self.max_plans = max(1, max_plans)
         self._plans: dict[tuple[tuple[Subject, ...], bool, bool], Plan] = {}
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background = TaskSet()
         self._waiter = Waiter()
         self._loading = asyncio.Lock()
 
@@ -202,7 +203,7 @@ class FcapStore:
                 args = (now_ms, impression_ms, len(rules), *rules_argv(rules))
                 dedup = keys.dedup(kind, key, impression_id)
                 calls.append(
-                    scripts.COUNT(
+                    scripts.COUNT.run(
                         self.client, (keys.counters(kind, key), dedup), args, self._loading
                     )
                 )
@@ -224,15 +225,14 @@ class FcapStore:
             rules = subject.user_rules if kind == keys.USER else subject.household_rules
             args = (reservation.at_ms, len(rules), *rules_argv(rules))
             calls.append(
-                scripts.RELEASE(self.client, (keys.counters(kind, key),), args, self._loading)
+                scripts.RELEASE.run(self.client, (keys.counters(kind, key),), args, self._loading)
             )
         await self._run(calls, self._write_limit(deadline))
 
     async def drain(self) -> None:
         """Wait for background releases (of half-reserved subjects) and for the calls
         left running past their limit to finish."""
-        while self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        await self._background.drain()
         await self._waiter.drain()
 
     # ------------------------------------------------------------------ internals
@@ -256,7 +256,7 @@ class FcapStore:
         hash_key = keys.counters(kind, key or "")
         if period.requests:
             args: tuple[str | int, ...] = (now_ms, period.requests, *period.fields)
-            return await scripts.CHECK(self.client, (hash_key,), args, self._loading)
+            return await scripts.CHECK.run(self.client, (hash_key,), args, self._loading)
         # A Cluster client routes the read to the key's node (to a replica of its slot
         # when built with replica reads: ``fcap.connect``).
         return await self.client.execute_command("HMGET", hash_key, *period.fields)
@@ -324,13 +324,8 @@ class FcapStore:
         reservations = {s: Reservation(s, now_ms, tuple(sides_)) for s, sides_ in taken.items()}
         for subject in [s for s in reservations if s in capped]:
             # Reserved on one side, capped on the other: give the slot back.
-            self._in_background(self.release(reservations.pop(subject)))
+            self._background.spawn(_quietly(self.release(reservations.pop(subject))))
         return CheckResult(capped, plan.unknown, reservations)
-
-    def _in_background(self, call: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(_quietly(call))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     def _write_limit(self, deadline: float | None) -> float:
         limit = asyncio.get_running_loop().time() + self.write_timeout_s

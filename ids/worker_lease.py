@@ -32,10 +32,9 @@ import os
 import secrets
 import socket
 from collections.abc import Callable
-from importlib import resources
+from pathlib import Path
 
-from redis.commands.core import AsyncScript
-
+from bidder.adapters.lua import LuaScript
 from bidder.adapters.valkey import AsyncValkey
 from bidder.core.clock import Clock
 from ids.snowflake import MAX_WORKER, Snowflake
@@ -56,9 +55,10 @@ def lease_keys(namespace: str) -> list[str]:
     return [f"{{{namespace}:ids}}:leases", f"{{{namespace}:ids}}:hwm"]
 
 
-def _script(client: AsyncValkey, name: str) -> AsyncScript:
-    text = resources.files("ids").joinpath("lua", name).read_text(encoding="utf-8")
-    return client.register_script(text)
+_LUA = Path(__file__).parent / "lua"
+_ACQUIRE = LuaScript.read(_LUA / "acquire.lua")
+_RENEW = LuaScript.read(_LUA / "renew.lua")
+_RELEASE = LuaScript.read(_LUA / "release.lua")
 
 
 class WorkerLease:
@@ -86,9 +86,8 @@ class WorkerLease:
         self._worker_ids = worker_ids
         self._keys = lease_keys(namespace)
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
-        self._acquire = _script(client, "acquire.lua")
-        self._renew = _script(client, "renew.lua")
-        self._release = _script(client, "release.lua")
+        self._client = client
+        self._loading = asyncio.Lock()
         self.worker: int | None = None
 
     @property
@@ -100,7 +99,7 @@ class WorkerLease:
         """Lease a free worker id and grant it to the generator; NoWorkerId when none."""
         sent = self._clock.wall_ms()
         args: list[str | int] = [self._owner, sent, self._ttl_ms, self._worker_ids]
-        worker, hwm = await self._acquire(keys=self._keys, args=args)
+        worker, hwm = await _ACQUIRE.run(self._client, self._keys, args, self._loading)
         if worker < 0:
             raise NoWorkerId(f"all {self._worker_ids} Snowflake worker ids are leased")
         self.worker = int(worker)
@@ -114,7 +113,7 @@ class WorkerLease:
         sent = self._clock.wall_ms()
         valid_until = self._valid_until(sent)
         args: list[str | int] = [self._owner, self.worker, sent, self._ttl_ms, valid_until]
-        if await self._renew(keys=self._keys, args=args):
+        if await _RENEW.run(self._client, self._keys, args, self._loading):
             self._generator.grant(self.worker, valid_until)
             return True
         log.error("Snowflake worker id %d was taken over; ids stop until re-acquired", self.worker)
@@ -140,7 +139,8 @@ class WorkerLease:
         self._generator.revoke()
         self.worker = None
         if worker is not None:
-            await self._release(keys=self._keys, args=[self._owner, worker, last_ms])
+            args: list[str | int] = [self._owner, worker, last_ms]
+            await _RELEASE.run(self._client, self._keys, args, self._loading)
 
     def _valid_until(self, sent_ms: int) -> int:
         return sent_ms + self._ttl_ms - self._margin_ms

@@ -17,18 +17,20 @@ command touches one slot and the layout works unchanged on Valkey Cluster):
 - ``<prefix>:{reconciler}:returns``: list, the reconciler's log of applied returns
   (newest first, capped): what each departed node gave back and what was taken off.
 
-Scripts are registered once per client (redis-py ``Script``: EVALSHA, and SCRIPT LOAD
-then retry on NOSCRIPT). The reconciler side is synchronous (its own process, its own
-thread); the node side is asyncio (the bidder worker's loop), and both share the keys,
-the encoding and the scripts from here.
+Scripts are called by EVALSHA and loaded on NOSCRIPT (``bidder.adapters.lua``). The
+reconciler side is synchronous (its own process, its own thread); the node side is
+asyncio (the bidder worker's loop), and both share the keys, the encoding and the
+scripts from here.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bidder.adapters.lua import LuaScript
 from pacing.lease import Lease, LeaseAccount, ReturnedLease
 
 PREFIX = "bidsim:pacing"
@@ -62,8 +64,9 @@ RETURNED_TTL_MS = 60_000
 concern (two ticks) and past a tick that read the live set before the node left."""
 
 
-def lua_source(name: str) -> str:
-    return (_LUA / f"{name}.lua").read_text()
+LIVE_NODES = LuaScript.read(_LUA / "live_nodes.lua")
+WRITE_LEASES = LuaScript.read(_LUA / "write_leases.lua")
+RETURN_LEASES = LuaScript.read(_LUA / "return_leases.lua")
 
 
 def decode_leases(raw: Mapping[Any, Any]) -> dict[str, Lease]:
@@ -98,11 +101,9 @@ class LeaseWriter:
         """``client``: a synchronous ``redis.Redis`` or ``redis.RedisCluster``."""
         self._client = client
         self._prefix = prefix
-        self._live = client.register_script(lua_source("live_nodes"))
-        self._write = client.register_script(lua_source("write_leases"))
 
     def live_nodes(self, now_ms: int) -> list[str]:
-        found = self._live(keys=[live_nodes_key(self._prefix)], args=[now_ms])
+        found = LIVE_NODES.run_sync(self._client, [live_nodes_key(self._prefix)], [now_ms])
         return [n.decode() if isinstance(n, bytes) else str(n) for n in found]
 
     def write(self, nodes: Sequence[str], leases: Mapping[str, Lease], ttl_ms: int) -> None:
@@ -110,10 +111,7 @@ class LeaseWriter:
         args: list[Any] = [max(ttl_ms, 1)]
         for campaign_id, lease in leases.items():
             args += [campaign_id, lease.encode()]
-        pipe = self._client.pipeline(transaction=False)
-        for node in nodes:
-            self._write(keys=self._write_keys(node), args=args, client=pipe)
-        pipe.execute()
+        WRITE_LEASES.run_pipelined(self._client, [(self._write_keys(node), args) for node in nodes])
 
     def _write_keys(self, node: str) -> list[str]:
         return [leases_key(node, self._prefix), gone_key(node, self._prefix)]
@@ -164,7 +162,7 @@ class LeaseReader:
         self._gone_key = gone_key(node_id, prefix)
         self._live_key = live_nodes_key(prefix)
         self._ttl_ms = heartbeat_ttl_ms
-        self._return = client.register_script(lua_source("return_leases"))
+        self._loading = asyncio.Lock()
         self._arrived = False
 
     async def refresh(self, now_ms: int) -> dict[str, Lease]:
@@ -194,4 +192,4 @@ class LeaseReader:
         for campaign_id, account in held.items():
             args += [campaign_id, account.lease.lease_id, account.remaining]
         keys = [self._key, self._returned_key, self._gone_key]
-        return int(await self._return(keys=keys, args=args))
+        return int(await RETURN_LEASES.run(self._client, keys, args, self._loading))

@@ -46,7 +46,7 @@ from bidder.core.clock import Clock, SystemClock
 from bidder.core.ledger import LedgerEntry, LedgerFormatError, decode_entry
 from pacing.curves import BUILTIN, Curve, CurveError, day_of
 from pacing.lease import Lease, ReturnedLease, expiry_ms
-from pacing.lease_store import LeaseWriter
+from pacing.lease_store import WRITE_LEASES, LeaseWriter
 from pacing.reconcile import Budget, PacingConfig, Reconcile, TickResult, budget_of
 from pacing.spend_table import SpendStoreError, SpendTable
 
@@ -301,7 +301,7 @@ class ClusterLeaseWriter(LeaseWriter):
         for campaign_id, lease in leases.items():
             args += [campaign_id, lease.encode()]
         for node in nodes:
-            self._write(keys=self._write_keys(node), args=args)
+            WRITE_LEASES.run_sync(self._client, self._write_keys(node), args)
 
 
 def build_reconciler(

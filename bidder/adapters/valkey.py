@@ -75,7 +75,7 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from bidder.adapters.valkey_pipelined import Address, PipelinedConnection
-from bidder.adapters.valkey_wait import retrieve
+from bidder.core.tasks import retrieve
 
 AsyncValkey = aioredis.Redis | aioredis.RedisCluster
 SyncValkey = redis.Redis | redis.RedisCluster

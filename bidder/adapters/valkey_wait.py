@@ -27,6 +27,8 @@ import asyncio
 from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
+from bidder.core.tasks import TaskSet, retrieve
+
 T = TypeVar("T")
 
 MAX_LEFT_RUNNING = 256
@@ -40,7 +42,7 @@ class Waiter:
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
         self._limit = limit
-        self._running: set[asyncio.Task[Any]] = set()
+        self._running = TaskSet()
 
     @property
     def left_running(self) -> int:
@@ -79,25 +81,12 @@ class Waiter:
 
     async def drain(self) -> None:
         """Wait until no call is left running (each ends by its socket timeout)."""
-        while self._running:
-            await asyncio.wait(list(self._running))
+        await self._running.drain()
 
     def _leave(self, tasks: Iterable[asyncio.Task[Any]]) -> None:
         for task in tasks:
             if len(self._running) < self._limit:
-                self._running.add(task)
-                task.add_done_callback(self._finished)
+                self._running.keep(task)
             else:
                 task.cancel()
-                task.add_done_callback(retrieve)
-
-    def _finished(self, task: asyncio.Task[Any]) -> None:
-        self._running.discard(task)
-        retrieve(task)
-
-
-def retrieve(task: asyncio.Task[Any]) -> None:
-    """A done callback for a task nobody awaits: its failure must not be logged as
-    "exception was never retrieved" (the task's owner has already dealt with it)."""
-    if not task.cancelled():
-        task.exception()
+            task.add_done_callback(retrieve)

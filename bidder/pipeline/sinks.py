@@ -17,6 +17,7 @@ import asyncio
 import logging
 
 from bidder.core.clock import Clock
+from bidder.core.tasks import TaskSet
 from bidder.pipeline.campaign_book import CampaignBook
 from bidder.winloop.billing import BilledImpression
 from fcap import FcapUnavailable, FrequencyCapper
@@ -33,15 +34,13 @@ class CapCounter:
         self._capper = capper
         self._book = book
         self._clock = clock
-        self._retries: set[asyncio.Task[None]] = set()
+        self._retries = TaskSet()
 
     async def on_billed(self, impression: BilledImpression) -> None:
         try:
             await self._count(impression)
         except FcapUnavailable:
-            task = asyncio.get_running_loop().create_task(self._retry(impression))
-            self._retries.add(task)  # a task nobody references can be collected mid-flight
-            task.add_done_callback(self._retries.discard)
+            self._retries.spawn(self._retry(impression))
 
     async def _count(self, impression: BilledImpression) -> None:
         claims = impression.claims

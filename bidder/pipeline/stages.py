@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Sequence
 
 from bidder.core.clock import Clock
 from bidder.core.ledger import cost_of
 from bidder.core.nobid import NoBid
+from bidder.core.tasks import TaskSet
 from bidder.decide.consent import ConsentPolicy, evaluate
 from bidder.decide.eligibility import Candidate, EligibilityPolicy, select
 from bidder.decide.identity import identify
@@ -16,7 +16,7 @@ from bidder.pipeline.campaign_book import CampaignBook
 from bidder.pipeline.runner import Context, PricedCandidate, StageResult
 from bidder.supply.files import SupplyCache
 from bidder.supply.schain import apply_policy, verify
-from fcap import FrequencyCapper, Reservation, Subject, Verdict
+from fcap import FrequencyCapper, Subject, Verdict
 from models.scorer import ScoringError
 from models.serving import Pricer
 from pacing import NodePacer
@@ -136,7 +136,7 @@ class FcapStage:
         self._capper = capper
         self._book = book
         self._clock = clock
-        self._releases: set[asyncio.Task[None]] = set()
+        self._releases = TaskSet()
 
     @property
     def releasing(self) -> int:
@@ -168,12 +168,7 @@ class FcapStage:
         bid = {(b.candidate.campaign.id, b.candidate.creative.id) for b in bids}
         for subject, reservation in verdict.reservations.items():
             if (subject.campaign_id, subject.creative_id) not in bid:
-                self._spawn(reservation)
-
-    def _spawn(self, reservation: Reservation) -> None:
-        task = asyncio.get_running_loop().create_task(self._capper.release(reservation))
-        self._releases.add(task)  # a task nobody references can be collected mid-flight
-        task.add_done_callback(self._releases.discard)
+                self._releases.spawn(self._capper.release(reservation))
 
 
 class ScoreStage:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bidder.bidstream.auction import Win
+from bidder.core.tasks import TaskSet
 from bidder.replay.client import HttpPool, TransportError, split_url
 from bidder.replay.options import ReplayOptions
 from bidder.replay.report import AuctionTotals
@@ -72,16 +73,14 @@ class NoticeSender:
         self._connections = options.notice_connections
         self._totals = totals
         self._pools: dict[tuple[str, int], HttpPool] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
 
     def send(self, win: Win, measured: bool) -> None:
         urls = [url for url in (win.nurl, win.burl) if url]
         if not urls:
             return
         for planned in plan_notices(urls, self._options):
-            task = asyncio.get_running_loop().create_task(self._call(planned, measured))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.spawn(self._call(planned, measured))
 
     async def drain(self, bound_s: float) -> None:
         """Wait up to ``bound_s`` for notices; the rest are cancelled and count as failed."""

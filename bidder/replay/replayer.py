@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 from bidder.bidstream.auction import settle
 from bidder.bidstream.stream import StreamRecord
+from bidder.core.tasks import TaskSet
 from bidder.replay._duplicates import DuplicateTally
 from bidder.replay.client import HttpPool, RequestTemplate, Response, TransportError, split_url
 from bidder.replay.notices import NoticeSender
@@ -91,7 +92,7 @@ class _Replay:
         self._options = options
         self._pool = HttpPool(host, port, max_connections=options.max_connections)
         self._templates: dict[str, RequestTemplate] = {}
-        self._inflight: set[asyncio.Task[None]] = set()
+        self._inflight = TaskSet()
         self.result = ReplayResult(
             deadline_ms=options.deadline_ms, duplicates=DuplicateTally(options.path_policy)
         )
@@ -106,11 +107,10 @@ class _Replay:
             offset_ns = round(offset_s * 1e9)
             raw = self._template(record.ssp).build(record.body)
             await self._wait_until(start_ns + offset_ns)
-            task = asyncio.get_running_loop().create_task(
+            task = self._inflight.spawn(
                 self._one(seq, record, raw, start_ns + offset_ns, measured=offset_ns >= warmup_ns)
             )
-            self._inflight.add(task)
-            task.add_done_callback(self._task_done)
+            task.add_done_callback(self._note_failure)
             if seq % _PROGRESS_EVERY == _PROGRESS_EVERY - 1:
                 bar.update(_PROGRESS_EVERY)
         bar.update((seq + 1) % _PROGRESS_EVERY)
@@ -219,8 +219,7 @@ class _Replay:
             for win in settlement.wins:
                 self._notices.send(win, measured)
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._inflight.discard(task)
+    def _note_failure(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None and self.error is None:
             self.error = task.exception()  # our bug: surface it after the replay, don't lose it
 

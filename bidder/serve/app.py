@@ -38,20 +38,20 @@ from bidder.pipeline.campaign_book import CampaignBook
 from bidder.pipeline.response import NoticeUrls, build_response, winners
 from bidder.pipeline.runner import Context, PricedCandidate, Stage, run_stages
 from bidder.serve.settings import Settings
-from bidder.winloop.billing import (
-    BILLED,
-    DEFERRED,
-    DUPLICATE,
-    Biller,
-    BillingUnavailable,
-    ImpressionSink,
-)
+from bidder.winloop.billable import BillingOutcome
+from bidder.winloop.billing import Biller, BillingUnavailable, ImpressionSink
 from bidder.winloop.notices import NoticeError, parse_notice
 from ids.snowflake import IdsUnavailable, Snowflake
 
 log = logging.getLogger(__name__)
 
 BID_PATH = "/openrtb2/bid"
+
+
+Job = Callable[[], Coroutine[Any, Any, None]]
+"""A background job: runs until cancelled."""
+Closer = Callable[[], Awaitable[object] | None]
+"""Closes one thing at shutdown; a coroutine function or a plain one."""
 
 
 @dataclass
@@ -69,10 +69,11 @@ class BidderState:
     """This worker's Snowflake generator (bid and ledger ids); leased worker id."""
     impression_sinks: list[ImpressionSink] = field(default_factory=list)
     """Told of every billed impression (fcap counting, pacing lease debit); append here."""
-    background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
+    background: list[Job] = field(default_factory=list)
     """Forever-running jobs the server starts as tasks and cancels on shutdown."""
-    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    """Awaited in order on shutdown, after the background jobs are cancelled."""
+    closers: list[Closer] = field(default_factory=list)
+    """Called in order on shutdown, after the background jobs are cancelled (and
+    awaited when they return an awaitable)."""
 
 
 def _nobid_headers(reason: NoBid) -> CIMultiDictProxy[str]:
@@ -237,7 +238,7 @@ class NoticeHandler:
         self._state = state
         self._kind = kind
         self._max_age_ms = round(state.settings.notice_max_age_s * 1000)
-        self._outcomes = {o: metrics.NOTICES.labels(kind, o) for o in _OUTCOMES}
+        self._outcomes = {o: metrics.NOTICES.labels(kind, o.value) for o in _OUTCOMES}
 
     async def handle(self, request: web.BaseRequest) -> web.Response:
         state = self._state
@@ -251,17 +252,23 @@ class NoticeHandler:
         try:
             outcome = await state.biller.bill(notice, self._kind)
         except BillingUnavailable:  # logged loudly by the biller: neither billed nor journaled
-            self._outcomes["unavailable"].inc()
+            self._outcomes[BillingOutcome.UNAVAILABLE].inc()
             return web.Response(status=503, text="try again later", headers={"Retry-After": "5"})
         self._outcomes[outcome].inc()
         claims = notice.claims
         creative = state.book.index.creative(claims.campaign_id, claims.creative_id)
         if self._kind == "win" and creative is not None and creative.serve == "nurl":
             return web.Response(text=creative.markup, content_type="text/html")
-        return web.Response(status=202 if outcome == DEFERRED else 204)
+        return web.Response(status=202 if outcome is BillingOutcome.DEFERRED else 204)
 
 
-_OUTCOMES = (BILLED, DUPLICATE, DEFERRED, "unavailable")
+_OUTCOMES = (
+    BillingOutcome.BILLED,
+    BillingOutcome.DUPLICATE,
+    BillingOutcome.DEFERRED,
+    BillingOutcome.UNAVAILABLE,
+)
+"""The outcomes of a live notice (the others are replays'), counted from zero."""
 
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]

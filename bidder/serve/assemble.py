@@ -25,9 +25,10 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
-from bidder.adapters.aws import aws_client
-from bidder.adapters.campaign_store import CampaignTable
 from bidder.adapters.valkey import AsyncValkey, connect_async, connect_pipelined, warm_up
 from bidder.adapters.valkey_pipelined import PipelinedConnection
 from bidder.core import metrics
@@ -36,8 +37,7 @@ from bidder.core.published_metrics import flush, run_flusher
 from bidder.core.tokens import TokenSigner, generate_key
 from bidder.decide.consent import ConsentPolicy
 from bidder.decide.eligibility import EligibilityPolicy
-from bidder.decide.profile_cache import CacheConfig, ProfileCache
-from bidder.decide.profiles import ProfileTable
+from bidder.decide.profile_cache import ProfileCache
 from bidder.pipeline.auction_claims import AuctionClaims, SupplyDedupStage
 from bidder.pipeline.campaign_book import CampaignBook
 from bidder.pipeline.response import NoticeUrls
@@ -52,28 +52,34 @@ from bidder.pipeline.stages import (
     ScoreStage,
     SupplyChainStage,
 )
-from bidder.serve.app import BidderState
+from bidder.serve._loads import (
+    WorkerStartError,
+    campaign_book,
+    deferred_journal,
+    keep_model_fresh,
+    ledger_producer,
+    load_model,
+    profile_cache,
+    supply_cache,
+)
+from bidder.serve.app import BidderState, Closer, Job
 from bidder.serve.settings import Settings
-from bidder.supply.files import DirectorySource, S3Source, SupplyCache, SupplySource
-from bidder.winloop.archive import LedgerArchive
+from bidder.supply.files import SupplyCache
 from bidder.winloop.billing import Biller, ImpressionSink
 from bidder.winloop.deferred import EXACT_REPLAY_ALLOWANCE_MS, DeferredJournal
 from bidder.winloop.notices import MAX_SKEW_MS
-from bidder.winloop.spend_stream import KinesisStream, SpendProducer, default_spool_dir
-from bidder.winloop.spool import Spool
+from bidder.winloop.spend_stream import SpendProducer
 from fcap import FcapStore, FrequencyCapper, NegativeCache
 from fcap import connect as fcap_connect
 from ids.bid_ids import bid_id_source
 from ids.snowflake import Snowflake
 from ids.worker_lease import WorkerLease
-from models.scorer import ArtifactError, ModelHandle
 from models.serving import Pricer
 from pacing import LeaseReader, NodePacer
 from pacing.refresher import return_leases, run_refresher
 
 log = logging.getLogger(__name__)
 
-_FIRST_LOAD_TIMEOUT_S = 20.0
 _VALKEY_TIMEOUT_S = 0.5
 _FIRST_LEASE_TIMEOUT_S = 5.0
 _FCAP_START_TIMEOUT_S = 5.0
@@ -81,10 +87,6 @@ _FCAP_START_TIMEOUT_S = 5.0
 # so a duplicate inside the window always finds its key; and the replay allowance, so
 # a deferred notice replayed a little after its window is still deduplicated exactly.
 _DEDUP_SLACK_MS = MAX_SKEW_MS + 60_000 + EXACT_REPLAY_ALLOWANCE_MS
-
-
-class WorkerStartError(Exception):
-    """The worker cannot serve; the message says what is missing."""
 
 
 def pacing_node_id(pid: int) -> str:
@@ -99,109 +101,155 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         raise WorkerStartError("no AWS endpoint configured for the campaign store")
     if settings.valkey_url is None:
         raise WorkerStartError("no Valkey configured for caps, leases, ids and notice dedup")
-    book = await _campaign_book(settings, settings.aws_endpoint)
-    supply = await _supply_cache(settings, settings.aws_endpoint)
-    pricer = Pricer(_model(settings), clock, shading=settings.bid_shading)
-    profiles = _profile_cache(settings, settings.aws_endpoint, clock)
-    valkey = connect_async(
-        settings.valkey_url, cluster=settings.valkey_cluster, timeout_s=_VALKEY_TIMEOUT_S
-    )
-    await _warm_up(valkey)
-    pipelined = await _pipelined(settings, settings.valkey_url)
-    capper = await _capper(settings, settings.valkey_url, pipelined)
+    inputs = await _inputs(settings, settings.aws_endpoint, clock)
+    stores = await _stores(settings, settings.valkey_url)
     pacer = NodePacer(pacing_node_id(os.getpid()), clock)
-    lease_reader = LeaseReader(valkey, pacer.node_id)
+    generator, lease = await _leased_ids(settings, stores.valkey, clock)
+    win = await _win_loop(
+        settings, settings.aws_endpoint, clock, stores, inputs.book, pacer, generator.next_id
+    )
+    signer = _signer(settings)
+    state = BidderState(
+        settings=settings,
+        book=inputs.book,
+        stages=_stages(settings, inputs, stores, pacer, clock),
+        clock=clock,
+        notice_urls=NoticeUrls(
+            settings.notice_base_url, signer, generator.next_id, clock, templates=inputs.book
+        ),
+        next_bid_id=bid_id_source(),
+        signer=signer,
+        biller=win.biller,
+        ids=generator,
+        impression_sinks=win.sinks,
+    )
+    lease_reader = LeaseReader(stores.valkey, pacer.node_id)
+    state.background += [
+        lease.keep,
+        win.producer.run,
+        partial(win.journal.run, win.biller.replay),
+        partial(run_refresher, pacer, lease_reader, clock, settings.lease_refresh_s),
+        *_refreshers(settings, inputs),
+        partial(run_flusher, settings.metrics_flush_s),
+    ]
+    state.closers += [
+        win.journal.close,
+        win.producer.close,
+        partial(return_leases, pacer, lease_reader),  # after the flush: see bidder.serve.worker
+        lease.release,
+        inputs.profiles.close,
+        *stores.closers(),
+        flush,  # last: what the closers counted too
+    ]
+    return state
+
+
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """What the stages decide with, each loaded once before the port opens."""
+
+    book: CampaignBook
+    supply: SupplyCache
+    pricer: Pricer
+    profiles: ProfileCache
+
+
+async def _inputs(settings: Settings, endpoint: str, clock: Clock) -> _Inputs:
+    book = await campaign_book(settings, endpoint)
+    supply = await supply_cache(settings, endpoint)
+    pricer = Pricer(load_model(settings), clock, shading=settings.bid_shading)
+    return _Inputs(book, supply, pricer, profile_cache(settings, endpoint, clock))
+
+
+def _refreshers(settings: Settings, inputs: _Inputs) -> list[Job]:
+    """The background jobs keeping the inputs fresh."""
+    return [
+        partial(inputs.book.keep_fresh, settings.campaign_refresh_s),
+        partial(inputs.supply.keep_fresh, settings.supply_refresh_s),
+        partial(keep_model_fresh, inputs.pricer, settings.model_reload_s),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Stores:
+    """The Valkey clients: the shared one, the bid path's pipelined one (single server
+    only) and the frequency capper's."""
+
+    valkey: AsyncValkey
+    pipelined: PipelinedConnection | None
+    capper: FrequencyCapper
+
+    def closers(self) -> list[Closer]:
+        closers: list[Closer] = [self.valkey.aclose, self.capper.store.client.aclose]
+        if self.pipelined is not None:
+            closers.append(self.pipelined.aclose)
+        return closers
+
+
+async def _stores(settings: Settings, url: str) -> _Stores:
+    valkey = connect_async(url, cluster=settings.valkey_cluster, timeout_s=_VALKEY_TIMEOUT_S)
+    await _warm_up(valkey)
+    pipelined = await _pipelined(settings, url)
+    return _Stores(valkey, pipelined, await _capper(settings, url, pipelined))
+
+
+def _stages(
+    settings: Settings, inputs: _Inputs, stores: _Stores, pacer: NodePacer, clock: Clock
+) -> list[Stage]:
+    """The bid path's stages, in hot-path order (the module docstring)."""
+    book = inputs.book
     stages: list[Stage] = [
         ConsentStage(ConsentPolicy(vendor_id=settings.tcf_vendor_id)),
         EligibilityStage(book, EligibilityPolicy(bid_on_test=settings.bid_on_test)),
-        SupplyChainStage(supply),
-        ProfileStage(profiles, miss_nobid=settings.profile_miss == "nobid"),
+        SupplyChainStage(inputs.supply),
+        ProfileStage(inputs.profiles, miss_nobid=settings.profile_miss == "nobid"),
         PacingStage(pacer),
-        FcapStage(capper, book, clock),
-        ScoreStage(pricer, book),
+        FcapStage(stores.capper, book, clock),
+        ScoreStage(inputs.pricer, book),
     ]
     if settings.dedup_window_ms > 0:
-        stages.append(_dedup_stage(settings, pipelined or valkey, supply, clock))
-    generator, lease = await _leased_ids(settings, valkey, clock)
-    producer = await _ledger_producer(settings, settings.aws_endpoint, clock)
-    journal = await _deferred_journal(settings, settings.aws_endpoint, clock)
-    signer = _signer(settings)
-    sinks: list[ImpressionSink] = [CapCounter(capper, book, clock), LeaseDebit(pacer)]
+        claims_on = stores.pipelined or stores.valkey
+        stages.append(_dedup_stage(settings, claims_on, inputs.supply, clock))
+    return stages
+
+
+@dataclass(frozen=True, slots=True)
+class _WinLoop:
+    """Where a billed impression goes: the ledger, the deferred journal, the sinks."""
+
+    producer: SpendProducer
+    journal: DeferredJournal
+    sinks: list[ImpressionSink]
+    biller: Biller
+
+
+async def _win_loop(
+    settings: Settings,
+    endpoint: str,
+    clock: Clock,
+    stores: _Stores,
+    book: CampaignBook,
+    pacer: NodePacer,
+    next_id: Callable[[], int],
+) -> _WinLoop:
+    """The win path's parts; ``next_id`` gives ledger ids."""
+    producer = await ledger_producer(settings, endpoint, clock)
+    journal = await deferred_journal(settings, endpoint, clock)
+    sinks: list[ImpressionSink] = [
+        CapCounter(stores.capper, book, clock),
+        LeaseDebit(pacer),
+    ]
     biller = Biller(
-        valkey,
+        stores.valkey,
         producer,
-        generator.next_id,
+        next_id,
         clock,
         sinks,
         dedup_ttl_ms=round(settings.notice_max_age_s * 1000) + _DEDUP_SLACK_MS,
         namespace=settings.key_namespace,
         deferred=journal,
     )
-    state = BidderState(
-        settings=settings,
-        book=book,
-        stages=stages,
-        clock=clock,
-        notice_urls=NoticeUrls(
-            settings.notice_base_url, signer, generator.next_id, clock, templates=book
-        ),
-        next_bid_id=bid_id_source(),
-        signer=signer,
-        biller=biller,
-        ids=generator,
-        impression_sinks=sinks,
-    )
-
-    async def refresh_leases() -> None:
-        await run_refresher(pacer, lease_reader, clock, settings.lease_refresh_s)
-
-    async def refresh_campaigns() -> None:
-        await book.keep_fresh(settings.campaign_refresh_s)
-
-    async def refresh_supply() -> None:
-        await supply.keep_fresh(settings.supply_refresh_s)
-
-    async def reload_model() -> None:
-        await _keep_model_fresh(pricer, settings.model_reload_s)
-
-    async def close_profiles() -> None:
-        profiles.close()
-
-    async def replay_deferred() -> None:
-        await journal.run(biller.replay)
-
-    async def publish_metrics() -> None:
-        await run_flusher(settings.metrics_flush_s)
-
-    async def publish_last_metrics() -> None:  # what the closers counted too
-        flush()
-
-    async def return_pacing_leases() -> None:  # after the flush: see bidder.serve.worker
-        await return_leases(pacer, lease_reader)
-
-    state.background += [
-        lease.keep,
-        producer.run,
-        replay_deferred,
-        refresh_leases,
-        refresh_campaigns,
-        refresh_supply,
-        reload_model,
-        publish_metrics,
-    ]
-    state.closers += [
-        journal.close,
-        producer.close,
-        return_pacing_leases,
-        lease.release,
-        close_profiles,
-        valkey.aclose,
-        capper.store.client.aclose,
-    ]
-    if pipelined is not None:
-        state.closers.append(pipelined.aclose)
-    state.closers.append(publish_last_metrics)
-    return state
+    return _WinLoop(producer, journal, sinks, biller)
 
 
 def _dedup_stage(
@@ -214,60 +262,6 @@ def _dedup_stage(
     claims = AuctionClaims(valkey, settings.key_namespace, settings.dedup_window_ms)
     hold_s, budget_s = settings.dedup_hold_ms / 1000, settings.dedup_claim_budget_ms / 1000
     return SupplyDedupStage(claims, settings.path_policy, supply, clock, hold_s, budget_s)
-
-
-async def _campaign_book(settings: Settings, endpoint: str) -> CampaignBook:
-    table = CampaignTable(
-        aws_client("dynamodb", endpoint, settings.aws_region), settings.campaigns_table
-    )
-    book = CampaignBook(table)
-    try:
-        await asyncio.wait_for(book.refresh(), _FIRST_LOAD_TIMEOUT_S)
-    except Exception as exc:
-        raise WorkerStartError(f"cannot load campaigns from {endpoint}: {exc}") from exc
-    return book
-
-
-async def _supply_cache(settings: Settings, endpoint: str) -> SupplyCache:
-    source: SupplySource
-    if settings.supply_s3 is not None:
-        bucket, _, prefix = settings.supply_s3.removeprefix("s3://").partition("/")
-        source = S3Source(aws_client("s3", endpoint, settings.aws_region), bucket, prefix)
-    elif settings.supply_dir is not None:
-        source = DirectorySource(settings.supply_dir)
-    else:
-        raise WorkerStartError("no supply files: give --supply-dir or --supply-s3")
-    cache = SupplyCache(source)
-    try:
-        await asyncio.wait_for(cache.refresh(), _FIRST_LOAD_TIMEOUT_S)
-    except Exception as exc:
-        raise WorkerStartError(f"cannot load the supply files: {exc}") from exc
-    return cache
-
-
-def _model(settings: Settings) -> ModelHandle:
-    try:
-        return ModelHandle.load(settings.model_dir)
-    except ArtifactError as exc:
-        raise WorkerStartError(str(exc)) from exc
-
-
-async def _keep_model_fresh(pricer: Pricer, interval_s: float) -> None:
-    """Swap in a new artifact when its files change; a bad one keeps the old model."""
-    while True:
-        await asyncio.sleep(interval_s)
-        try:
-            if await asyncio.to_thread(pricer.model.reload_if_changed):
-                log.info("model artifact reloaded")
-        except ArtifactError as exc:
-            log.error("new model artifact refused, keeping the current one: %s", exc)
-
-
-def _profile_cache(settings: Settings, endpoint: str, clock: Clock) -> ProfileCache:
-    client = aws_client("dynamodb", endpoint, settings.aws_region, quick=True)
-    table = ProfileTable(client, settings.profiles_table)
-    config = CacheConfig(ttl_s=settings.profile_ttl_s, capacity=settings.profile_cache_size)
-    return ProfileCache(table.get_many, clock, config)
 
 
 async def _pipelined(settings: Settings, url: str) -> PipelinedConnection | None:
@@ -331,37 +325,6 @@ async def _leased_ids(
 
 def _count_backwards(refused: bool) -> None:
     metrics.CLOCK_BACKWARDS.labels("refused" if refused else "tolerated").inc()
-
-
-async def _ledger_producer(settings: Settings, endpoint: str, clock: Clock) -> SpendProducer:
-    spool_dir = settings.spool_dir or default_spool_dir(settings.spend_stream, endpoint)
-    stream = KinesisStream(
-        aws_client("kinesis", endpoint, settings.aws_region), settings.spend_stream
-    )
-    archive = LedgerArchive(
-        aws_client("s3", endpoint, settings.aws_region),
-        settings.archive_bucket,
-        settings.archive_retention_days,
-    )
-    try:
-        producer = SpendProducer(Spool(spool_dir), stream, archive, clock)
-        await producer.open()
-    except OSError as exc:
-        raise WorkerStartError(f"cannot open the ledger spool in {spool_dir}: {exc}") from exc
-    return producer
-
-
-async def _deferred_journal(settings: Settings, endpoint: str, clock: Clock) -> DeferredJournal:
-    spool_dir = settings.spool_dir or default_spool_dir(settings.spend_stream, endpoint)
-    directory = spool_dir / "deferred"  # a subdirectory: the spool adopts only its own *.seg
-    try:
-        journal = DeferredJournal(directory, clock)
-        await journal.open()
-    except OSError as exc:
-        raise WorkerStartError(
-            f"cannot open the deferred-notice journal in {directory}: {exc}"
-        ) from exc
-    return journal
 
 
 def _signer(settings: Settings) -> TokenSigner:

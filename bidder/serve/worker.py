@@ -44,8 +44,9 @@ from multiprocessing.connection import Connection
 import uvloop
 from aiohttp import web
 
+from bidder.serve._loads import WorkerStartError
 from bidder.serve.app import BidderState, build_server
-from bidder.serve.assemble import WorkerStartError, build_state
+from bidder.serve.assemble import build_state
 from bidder.serve.settings import Settings
 from bidder.stack.child import die_with_parent
 
@@ -82,7 +83,9 @@ async def stop_background(state: BidderState, tasks: list[asyncio.Task[None]]) -
             await task
     for close in state.closers:
         try:
-            await close()
+            closing = close()
+            if closing is not None:
+                await closing
         except Exception as exc:  # shutting down: report and go on closing the rest
             log.warning("error while closing %s: %s", getattr(close, "__qualname__", close), exc)
 

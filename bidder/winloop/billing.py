@@ -47,15 +47,14 @@ from bidder.core import metrics
 from bidder.core.clock import Clock
 from bidder.core.ledger import LedgerEntry, cost_of
 from bidder.core.tokens import NoticeClaims
-from bidder.winloop.deferred import Billable, DeferredJournal
+from bidder.winloop.billable import Billable, BillingOutcome
+from bidder.winloop.deferred import DeferredJournal
 from bidder.winloop.notices import MAX_SKEW_MS, Notice
 from ids.snowflake import IdsUnavailable, decode
 
 log = logging.getLogger(__name__)
 
 SINK_TIMEOUT_S = 1.0
-BILLED, DUPLICATE, DEFERRED = "billed", "duplicate", "deferred"
-BILLED_LATE, REJOURNALED = "billed_late", "rejournaled"
 
 
 class BillingUnavailable(Exception):
@@ -120,7 +119,7 @@ class Biller:
         self._prefix = f"{namespace}:billed:"
         self.deferred = deferred
 
-    async def bill(self, notice: Notice, kind: str) -> str:
+    async def bill(self, notice: Notice, kind: str) -> BillingOutcome:
         """BILLED, DUPLICATE, or DEFERRED (journaled, to be billed exactly once later).
 
         Raises ``BillingUnavailable`` when it could neither bill nor journal the notice.
@@ -132,7 +131,7 @@ class Biller:
         except _NotNow as exc:
             return await self._defer(dataclasses.replace(billable, ledger_id=exc.ledger_id), exc)
 
-    async def replay(self, billable: Billable) -> str | None:
+    async def replay(self, billable: Billable) -> BillingOutcome | None:
         """Settle a journaled notice: its outcome, or None while billing is still unavailable."""
         if billable.ledger_id is None:
             return await self._rejournal(billable)
@@ -141,13 +140,14 @@ class Biller:
         except _NotNow as exc:
             log.info("deferred notice of bid %d still waits: %s", billable.claims.bid_id, exc)
             return None
-        if outcome == BILLED and self._clock.wall_ms() > self.exact_until_ms(billable.claims):
+        late = self._clock.wall_ms() > self.exact_until_ms(billable.claims)
+        if outcome is BillingOutcome.BILLED and late:
             log.warning(
                 "deferred notice of bid %d billed after its dedup horizon: a notice of it "
                 "billed before the outage would have been billed twice",
                 billable.claims.bid_id,
             )
-            return BILLED_LATE
+            return BillingOutcome.BILLED_LATE
         return outcome
 
     def exact_until_ms(self, claims: NoticeClaims) -> int:
@@ -158,7 +158,7 @@ class Biller:
         """
         return claims.issued_ms - MAX_SKEW_MS + self._ttl_ms
 
-    async def _settle(self, billable: Billable) -> str:
+    async def _settle(self, billable: Billable) -> BillingOutcome:
         ledger_id = billable.ledger_id
         if ledger_id is None:
             try:
@@ -171,7 +171,7 @@ class Biller:
         except Exception as exc:  # any Valkey fault: we can't know whether it is a duplicate
             raise _NotNow("dedup", f"dedup store: {exc}", ledger_id, False) from exc
         if held is not None and _text(held) != str(ledger_id):
-            return DUPLICATE
+            return BillingOutcome.DUPLICATE
         price = billable.price_cpm_micros
         impression = BilledImpression(
             billable.claims, billable.kind, price, cost_of(price), ledger_id, billable.accepted_ms
@@ -181,9 +181,9 @@ class Biller:
         except Exception as exc:
             raise _NotNow("ledger", f"ledger: {exc}", ledger_id, True) from exc
         await self._tell_sinks(impression)
-        return BILLED
+        return BillingOutcome.BILLED
 
-    async def _defer(self, billable: Billable, why: _NotNow) -> str:
+    async def _defer(self, billable: Billable, why: _NotNow) -> BillingOutcome:
         if self.deferred is not None:
             try:
                 await self.deferred.append(billable)
@@ -194,7 +194,7 @@ class Biller:
                 log.info(
                     "%s notice of bid %d deferred: %s", billable.kind, billable.claims.bid_id, why
                 )
-                return DEFERRED
+                return BillingOutcome.DEFERRED
         log.error(
             "%s notice of bid %d NOT recorded, neither billed nor journaled; answered 503 so "
             "the exchange retries: %s",
@@ -206,7 +206,7 @@ class Biller:
             await self._release(billable.claims.bid_id)
         raise BillingUnavailable(str(why)) from why
 
-    async def _rejournal(self, billable: Billable) -> str | None:
+    async def _rejournal(self, billable: Billable) -> BillingOutcome | None:
         """Give a journaled notice its ledger id before any SET, so a crash can't orphan it."""
         if self.deferred is None:
             return None
@@ -216,7 +216,7 @@ class Biller:
         except Exception as exc:  # no id lease yet, or the journal is failing: later
             log.info("deferred notice of bid %d still waits: %s", billable.claims.bid_id, exc)
             return None
-        return REJOURNALED
+        return BillingOutcome.REJOURNALED
 
     async def _release(self, bid_id: int) -> None:
         key = self._prefix + str(bid_id)

@@ -36,15 +36,13 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from bidder.core import metrics
 from bidder.core.clock import Clock
-from bidder.core.tokens import NoticeClaims
+from bidder.winloop.billable import Billable, BillingOutcome, JournalFormatError, decode_billable
 from bidder.winloop.group_commit import GroupCommit
 from bidder.winloop.spool import Segment, Spool
 
@@ -53,61 +51,14 @@ log = logging.getLogger(__name__)
 EXACT_REPLAY_ALLOWANCE_MS = 15 * 60_000
 """Dedup keys live this much longer than the notice window, so a replay stays exact
 when the outage ends up to this long after the end of the notice's window."""
-_VERSION = 1
-_CLAIM_FIELDS = frozenset(NoticeClaims.__dataclass_fields__)
 
 
 class JournalError(Exception):
     """A notice could not be journaled: it is neither billed nor kept (the one 503)."""
 
 
-class JournalFormatError(ValueError):
-    """A journal record is unreadable; the message says why."""
-
-
-@dataclass(frozen=True, slots=True)
-class Billable:
-    """A verified notice to bill: all that billing needs, now or after a replay."""
-
-    claims: NoticeClaims
-    kind: str
-    price_cpm_micros: int
-    accepted_ms: int
-    """When the notice was verified and accepted: the ledger entry's ``ts_ms``."""
-    ledger_id: int | None = None
-    """The ledger id the first attempt took, if it got one."""
-
-    def encode(self) -> bytes:
-        return orjson.dumps(
-            {
-                "v": _VERSION,
-                "kind": self.kind,
-                "price": self.price_cpm_micros,
-                "accepted_ms": self.accepted_ms,
-                "ledger_id": self.ledger_id,
-                "claims": asdict(self.claims),
-            }
-        )
-
-
-def decode_billable(data: bytes) -> Billable:
-    try:
-        doc = orjson.loads(data)
-        claims = doc["claims"]
-        if doc["v"] != _VERSION or set(claims) != _CLAIM_FIELDS:
-            raise JournalFormatError("unknown version or claim fields")
-        billable = Billable(
-            NoticeClaims(**claims), doc["kind"], doc["price"], doc["accepted_ms"], doc["ledger_id"]
-        )
-    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-        raise JournalFormatError(f"not a deferred notice: {exc!r}") from None
-    if billable.kind not in ("win", "bill") or type(billable.price_cpm_micros) is not int:
-        raise JournalFormatError(f"bad kind or price in {billable!r}")
-    return billable
-
-
-Settle = Callable[[Billable], Awaitable[str | None]]
-"""Bill one journaled notice: its outcome label, or None while that is not possible yet."""
+Settle = Callable[[Billable], Awaitable[BillingOutcome | None]]
+"""Bill one journaled notice: its outcome, or None while that is not possible yet."""
 
 
 @dataclass(eq=False)
@@ -162,7 +113,7 @@ class DeferredJournal:
             outcome = await settle(entry.billable)
             if outcome is None:
                 return False
-            metrics.DEFERRED_REPLAYED.labels(outcome).inc()
+            metrics.DEFERRED_REPLAYED.labels(outcome.value).inc()
             self._queue.popleft()
             entry.seg.queued -= 1
             metrics.DEFERRED_DEPTH.set(len(self._queue))

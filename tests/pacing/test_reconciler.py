@@ -21,12 +21,12 @@ from bidder.core.nobid import NoBid
 from pacing.curves import day_of
 from pacing.lease import Lease, LeaseAccount
 from pacing.lease_store import (
+    RETURN_LEASES,
     LeaseWriter,
     decode_leases,
     gone_key,
     leases_key,
     live_nodes_key,
-    lua_source,
     returned_key,
     returns_log_key,
 )
@@ -234,10 +234,9 @@ def _leave_and_return(world: dict[str, Any], valkey: redis.Redis, spent_on_c1: i
     args: list[Any] = [60_000]
     for campaign_id, account in accounts.items():
         args += [campaign_id, account.lease.lease_id, account.remaining]
-    script = valkey.register_script(lua_source("return_leases"))
     keys = [leases_key("n1", world["prefix"]), returned_key("n1", world["prefix"]),
             gone_key("n1", world["prefix"])]  # fmt: skip
-    script(keys=keys, args=args)
+    RETURN_LEASES.run_sync(valkey, keys, args)
 
 
 def test_a_departed_nodes_remainders_are_taken_off_on_the_next_tick(

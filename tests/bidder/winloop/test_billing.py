@@ -22,9 +22,8 @@ from bidder.chaos.ledger import read_ledger
 from bidder.core.clock import ManualClock
 from bidder.core.ledger import LedgerEntry
 from bidder.core.tokens import NoticeClaims, TokenSigner
+from bidder.winloop.billable import BillingOutcome
 from bidder.winloop.billing import (
-    BILLED,
-    DUPLICATE,
     BilledImpression,
     Biller,
     BillingUnavailable,
@@ -98,7 +97,7 @@ def _notice(bid_id: int = CLAIMS.bid_id, price: int = 1_250_000) -> Notice:
 
 @pytest.mark.asyncio
 async def test_the_first_notice_bills(setup: Setup) -> None:
-    assert await setup.biller.bill(_notice(), "win") == BILLED
+    assert await setup.biller.bill(_notice(), "win") == BillingOutcome.BILLED
 
 
 @pytest.mark.asyncio
@@ -122,7 +121,10 @@ async def test_a_second_notice_of_the_impression_is_a_duplicate(
         await setup.biller.bill(_notice(), first),
         await setup.biller.bill(_notice(), second),
     ]
-    assert (results, len(setup.ledger.entries)) == ([BILLED, DUPLICATE], 1)
+    assert (results, len(setup.ledger.entries)) == (
+        [BillingOutcome.BILLED, BillingOutcome.DUPLICATE],
+        1,
+    )
 
 
 @pytest.mark.asyncio
@@ -144,7 +146,11 @@ async def test_sinks_hear_of_each_billed_impression_once(setup: Setup) -> None:
 async def test_a_failing_sink_neither_fails_the_notice_nor_loses_the_entry(setup: Setup) -> None:
     setup.sinks.insert(0, Sink(fail=True))
     billed = await setup.biller.bill(_notice(), "bill")
-    assert (billed, len(setup.ledger.entries), len(setup.sinks[1].seen)) == (BILLED, 1, 1)
+    assert (billed, len(setup.ledger.entries), len(setup.sinks[1].seen)) == (
+        BillingOutcome.BILLED,
+        1,
+        1,
+    )
 
 
 @pytest.mark.asyncio
@@ -155,7 +161,7 @@ async def test_without_a_journal_an_entry_that_cannot_be_made_durable_is_refused
     with pytest.raises(BillingUnavailable):
         await setup.biller.bill(_notice(), "bill")
     setup.ledger.broken = False
-    assert await setup.biller.bill(_notice(), "bill") == BILLED  # the retry bills
+    assert await setup.biller.bill(_notice(), "bill") == BillingOutcome.BILLED  # the retry bills
 
 
 @pytest.mark.asyncio

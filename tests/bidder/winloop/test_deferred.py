@@ -30,16 +30,9 @@ from bidder.serve.server import prepare_resources
 from bidder.serve.settings import Settings
 from bidder.stack.child import free_port
 from bidder.stack.local import LocalStack
-from bidder.winloop.billing import (
-    BILLED,
-    BILLED_LATE,
-    DEFERRED,
-    DUPLICATE,
-    REJOURNALED,
-    Biller,
-    BillingUnavailable,
-)
-from bidder.winloop.deferred import Billable, DeferredJournal, decode_billable
+from bidder.winloop.billable import Billable, BillingOutcome, decode_billable
+from bidder.winloop.billing import Biller, BillingUnavailable
+from bidder.winloop.deferred import DeferredJournal
 from bidder.winloop.notices import Notice
 from ids.snowflake import Snowflake
 from tests.bidder.live import LiveBidder
@@ -67,11 +60,11 @@ class Settler:
         self.seen: list[Billable] = []
         self.down = False
 
-    async def __call__(self, item: Billable) -> str | None:
+    async def __call__(self, item: Billable) -> BillingOutcome | None:
         if self.down:
             return None
         self.seen.append(item)
-        return BILLED
+        return BillingOutcome.BILLED
 
 
 class Journals:
@@ -231,7 +224,12 @@ async def env(valkey_url: str, tmp_path: Path) -> AsyncIterator[Env]:
 @pytest.mark.asyncio
 async def test_a_notice_is_deferred_while_the_dedup_store_is_down(env: Env) -> None:
     outcome = await env.biller(env.down).bill(notice(), "bill")
-    assert (outcome, env.journal.depth, env.ledger.entries, env.sink.seen) == (DEFERRED, 1, [], [])
+    assert (outcome, env.journal.depth, env.ledger.entries, env.sink.seen) == (
+        BillingOutcome.DEFERRED,
+        1,
+        [],
+        [],
+    )
 
 
 @pytest.mark.asyncio
@@ -267,16 +265,16 @@ async def test_a_replay_bills_when_the_first_attempts_set_reached_the_store(env:
 async def test_a_duplicate_deferred_with_its_original_is_a_duplicate(env: Env) -> None:
     for kind in ("win", "bill"):
         await env.biller(env.down).bill(notice(), kind)
-    before = _replayed(DUPLICATE)
+    before = _replayed(BillingOutcome.DUPLICATE)
     await env.replay()
-    assert (len(env.ledger.entries), _replayed(DUPLICATE)) == (1, before + 1)
+    assert (len(env.ledger.entries), _replayed(BillingOutcome.DUPLICATE)) == (1, before + 1)
 
 
 @pytest.mark.asyncio
 async def test_a_notice_after_the_replay_is_a_duplicate(env: Env) -> None:
     await env.biller(env.down).bill(notice(), "bill")
     await env.replay()
-    assert await env.biller(env.up).bill(notice(), "win") == DUPLICATE
+    assert await env.biller(env.up).bill(notice(), "win") == BillingOutcome.DUPLICATE
 
 
 @pytest.mark.asyncio
@@ -293,18 +291,20 @@ async def test_without_an_id_lease_a_notice_is_deferred_and_later_billed(env: En
         env.up, env.ledger, Snowflake(env.clock).next_id, env.clock, [],
         dedup_ttl_ms=TTL_MS, namespace=env.namespace, deferred=env.journal,
     )  # fmt: skip
-    assert await no_ids.bill(notice(), "bill") == DEFERRED
+    assert await no_ids.bill(notice(), "bill") == BillingOutcome.DEFERRED
     assert await env.up.exists(env.key()) == 0
-    before = _replayed(REJOURNALED)
+    before = _replayed(BillingOutcome.REJOURNALED)
     await env.replay()
-    assert (len(env.ledger.entries), _replayed(REJOURNALED)) == (1, before + 1)
+    assert (len(env.ledger.entries), _replayed(BillingOutcome.REJOURNALED)) == (1, before + 1)
 
 
 @pytest.mark.asyncio
 async def test_a_spool_failure_defers_and_keeps_the_key_for_the_replay(env: Env) -> None:
     env.ledger.broken = True
-    assert await env.biller(env.up).bill(notice(), "bill") == DEFERRED
-    assert await env.biller(env.up).bill(notice(), "win") == DUPLICATE  # other nodes: no bill
+    assert await env.biller(env.up).bill(notice(), "bill") == BillingOutcome.DEFERRED
+    assert (
+        await env.biller(env.up).bill(notice(), "win") == BillingOutcome.DUPLICATE
+    )  # other nodes: no bill
     env.ledger.broken = False
     await env.replay()
     assert len(env.ledger.entries) == 1
@@ -334,13 +334,13 @@ async def test_a_replay_past_the_dedup_horizon_is_billed_and_counted_late(env: E
     await env.biller(env.down).bill(notice(), "bill")
     biller = env.biller(env.up)
     env.clock.set_wall_ms(biller.exact_until_ms(CLAIMS) + 1)
-    before = _replayed(BILLED_LATE)
+    before = _replayed(BillingOutcome.BILLED_LATE)
     await env.journal.replay(biller.replay)
-    assert (len(env.ledger.entries), _replayed(BILLED_LATE)) == (1, before + 1)
+    assert (len(env.ledger.entries), _replayed(BillingOutcome.BILLED_LATE)) == (1, before + 1)
 
 
-def _replayed(outcome: str) -> float:
-    return sample("bidsim_deferred_replayed_total", {"outcome": outcome})
+def _replayed(outcome: BillingOutcome) -> float:
+    return sample("bidsim_deferred_replayed_total", {"outcome": outcome.value})
 
 
 # ------------------------------- live: a paused Valkey, and kill -9 while notices are deferred
