@@ -2,7 +2,8 @@
 
 The package's face is what a bid worker's hot path needs and loads neither redis-py nor
 boto3: ``NodePacer`` (stage 6 and the win hook) and the pure pacing logic. The I/O
-parts are imported from their modules: the worker's lease refresher from
+parts are imported from their modules: the leases in Valkey from ``pacing.lease_store``
+(``LeaseReader``, ``LeaseWriter``), the worker's lease refresher from
 ``pacing.refresher`` (``run_refresher``, ``return_leases``), the reconciler process
 from ``pacing.reconciler`` (``build_reconciler``, ``run_reconciler``), the offline
 tools from ``pacing.simulate``, ``pacing.tune`` and ``pacing.cli``. See docs/pacing.md.
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 from pacing.curves import STANDARD, Curve, CurveError, load_curve_dir, resolve_curve
 from pacing.lease import Lease, chunk_micros
-from pacing.lease_store import LeaseReader, LeaseWriter
 from pacing.node import NodePacer
 from pacing.pid import Pid, PidGains
 from pacing.reconcile import Budget, PacingConfig, Reconcile
@@ -23,8 +23,6 @@ __all__ = [
     "Curve",
     "CurveError",
     "Lease",
-    "LeaseReader",
-    "LeaseWriter",
     "NodePacer",
     "PacingConfig",
     "Pid",

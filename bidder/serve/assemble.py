@@ -75,7 +75,8 @@ from ids.bid_ids import bid_id_source
 from ids.snowflake import Snowflake
 from ids.worker_lease import WorkerLease
 from models.serving import Pricer
-from pacing import LeaseReader, NodePacer
+from pacing import NodePacer
+from pacing.lease_store import LeaseReader
 from pacing.refresher import return_leases, run_refresher
 
 log = logging.getLogger(__name__)
