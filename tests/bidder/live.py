@@ -18,6 +18,7 @@ import gc
 import http.client
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,3 +170,11 @@ def stack_settings(stack: LocalStack, tmp_path: Path, **changes: Any) -> Setting
     campaigns, a 1 s pacing tick, the spool in ``tmp_path``), with the supervisor's own
     reconciler; then ``changes``."""
     return chaos_settings(stack, tmp_path, **{"reconciler": True, **changes})
+
+
+def own_aws_resources() -> dict[str, str]:
+    """Settings naming AWS resources no other test uses, so a test on the session's moto
+    server starts with its own empty spend stream, tables and archive bucket."""
+    tag = uuid.uuid4().hex[:10]
+    names = ("campaigns_table", "spend_stream", "spend_table", "profiles_table", "archive_bucket")
+    return {name: f"test-{name.replace('_', '-')}-{tag}" for name in names}

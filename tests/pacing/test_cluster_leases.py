@@ -4,7 +4,6 @@ and a node's reader working across the cluster's slots."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,6 @@ from pacing.reconciler import ClusterLeaseWriter
 LUA = Path(__file__).parents[2] / "pacing" / "lua"
 NODES = [f"host:{pid}" for pid in range(100, 106)]
 LEASE = Lease(lease_id=7, amount_micros=5_000, expires_ms=60_000, rate_ppm=1_000_000)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalValkeyCluster]:
-    with LocalValkeyCluster() as local_cluster:
-        yield local_cluster
 
 
 KEYS_OF = {"live_nodes.lua": 1, "write_leases.lua": 2, "return_leases.lua": 3}

@@ -34,18 +34,23 @@ from bidder.serve.settings import Settings
 from bidder.stack.local import LocalStack
 from pacing.curves import day_of
 from pacing.spend_table import SpendTable
-from tests.bidder.live import CAMPAIGNS, stack_settings
+from tests.bidder.live import CAMPAIGNS, own_aws_resources, stack_settings
 
 DRAIN_BOUND_S = 40.0
 
 
 def live_settings(stack: LocalStack, tmp_path: Path, **changes: Any) -> Settings:
-    """A two-worker bidder on the private stack, ticking every second.
+    """A two-worker bidder on the private stack, ticking every second, with AWS resources
+    of its own.
 
     The deadline is generous: these tests assert money, not latency, on a busy 2-core
     machine.
     """
-    return stack_settings(stack, tmp_path, **{"workers": 2, "deadline_ms": 100.0, **changes})
+    return stack_settings(
+        stack,
+        tmp_path,
+        **{"workers": 2, "deadline_ms": 100.0, **own_aws_resources(), **changes},
+    )
 
 
 def wait_for_ledger(aws_endpoint: str, stream: str, billed: int) -> list[LedgerEntry]:
@@ -152,9 +157,9 @@ async def _replay_and_drain(stack: LocalStack, tmp_path: Path) -> Outcome:
 
 
 @pytest.fixture(scope="module")
-def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+def outcome(aws_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     """One replay with duplicated and reordered notices, drained, for every test here."""
-    with LocalStack() as stack:
+    with LocalStack(aws_endpoint=aws_endpoint) as stack:
         return asyncio.run(_replay_and_drain(stack, tmp_path_factory.mktemp("ledger")))
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -12,12 +11,6 @@ import redis.asyncio as aioredis
 from bidder.adapters.valkey import connect_async, connect_sync, warm_up
 from bidder.stack.child import free_port
 from bidder.stack.cluster import LocalValkeyCluster
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalValkeyCluster]:
-    with LocalValkeyCluster() as local_cluster:
-        yield local_cluster
 
 
 def test_a_cluster_client_routes_keys_to_every_master(cluster: LocalValkeyCluster) -> None:

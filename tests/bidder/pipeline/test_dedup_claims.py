@@ -210,12 +210,6 @@ async def test_a_window_must_be_positive(pipelined: PipelinedConnection) -> None
 # -- the claim on a Valkey Cluster ----------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalValkeyCluster]:
-    with LocalValkeyCluster() as local_cluster:
-        yield local_cluster
-
-
 @pytest.mark.asyncio
 async def test_claims_work_on_a_valkey_cluster(cluster: LocalValkeyCluster, namespace: str) -> None:
     valkey = connect_async(cluster.url, cluster=True, timeout_s=2.0)

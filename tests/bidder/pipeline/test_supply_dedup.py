@@ -3,7 +3,8 @@
 A duplicate-heavy generated stream (half the auctions sent through 2-3 SSPs 1-4 ms
 apart, sharing ``source.tid``) is replayed open-loop against ``running_bidder`` (two
 worker processes, so copies of one auction meet only in Valkey; the reconciler; a
-private Valkey + moto); the replay report's duplicate-auctions tally counts every copy
+private Valkey, AWS resources of its own on the session's moto server); the replay
+report's duplicate-auctions tally counts every copy
 with its answer.
 """
 
@@ -25,7 +26,7 @@ from bidder.replay.report import ReplayResult
 from bidder.serve.server import running_bidder
 from bidder.serve.settings import Settings
 from bidder.stack.local import LocalStack
-from tests.bidder.live import stack_settings
+from tests.bidder.live import own_aws_resources, stack_settings
 
 CLAIMS = "bidsim_dedup_claims_total"
 HOLD_MS = 10.0
@@ -42,8 +43,8 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack() as private:
+def stack(aws_endpoint: str) -> Iterator[LocalStack]:
+    with LocalStack(aws_endpoint=aws_endpoint) as private:
         yield private
 
 
@@ -62,6 +63,7 @@ def run(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Run:
         network_allowance_ms=0.0,
         fcap_check_timeout_ms=25.0,
         dedup_hold_ms=HOLD_MS,
+        **own_aws_resources(),
     )
     return asyncio.run(_run(settings, stream))
 

@@ -34,7 +34,7 @@ from bidder.serve.assemble import pacing_node_id
 from bidder.serve.server import running_bidder
 from bidder.stack.local import LocalStack
 from pacing.lease_store import leases_key, live_nodes_key, returned_key, returns_log_key
-from tests.bidder.live import stack_settings
+from tests.bidder.live import own_aws_resources, stack_settings
 from tests.pacing.test_live_ledger import notice_outcomes
 
 RETURNS_BOUND_S = 15.0
@@ -71,7 +71,7 @@ def wait_for_returns(client: redis.Redis, nodes: list[str]) -> list[dict[str, An
 async def _replay_then_stop(stack: LocalStack, tmp_path: Path) -> Stopped:
     stream_file = tmp_path / "stream.jsonl.gz"
     generate(stream_file, requests=1500, seed=23, mean_rate=400)
-    settings = stack_settings(stack, tmp_path, workers=2, deadline_ms=100.0)
+    settings = stack_settings(stack, tmp_path, workers=2, deadline_ms=100.0, **own_aws_resources())
     assert settings.spool_dir is not None
     client = redis.Redis.from_url(stack.valkey_url)
     try:
@@ -97,8 +97,8 @@ async def _replay_then_stop(stack: LocalStack, tmp_path: Path) -> Stopped:
 
 
 @pytest.fixture(scope="module")
-def stopped(tmp_path_factory: pytest.TempPathFactory) -> Stopped:
-    with LocalStack() as stack:
+def stopped(aws_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Stopped:
+    with LocalStack(aws_endpoint=aws_endpoint) as stack:
         return asyncio.run(_replay_then_stop(stack, tmp_path_factory.mktemp("shutdown")))
 
 

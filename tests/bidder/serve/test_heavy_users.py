@@ -1,8 +1,9 @@
 """Heavy users through the whole stack: capped no-bids, and no impression above a cap.
 
 A stream where ten users send about 30% of the requests is replayed open-loop against
-``running_bidder`` (two worker processes, the reconciler, a private Valkey + moto),
-the replay's exchange model sending win and billing notices. The notices reach the
+``running_bidder`` (two worker processes, the reconciler, a private Valkey, AWS
+resources of its own on the session's moto server), the replay's exchange model
+sending win and billing notices. The notices reach the
 bidder through a recorder (``bidder.replay.notice_recorder``, the bidder's
 ``public_url``) that keeps every signed token: its claims name the user, household,
 campaign, creative and bid instant of the impression. The ledger in Kinesis says which
@@ -49,15 +50,16 @@ from bidder.serve.settings import Settings
 from bidder.stack.local import LocalStack
 from fcap.audit import AboveCap, OverDelivery, cap_over_delivery, claims_from_notice_urls
 from fcap.rules import build_subjects
-from tests.bidder.live import CAMPAIGNS, stack_settings
+from tests.bidder.live import CAMPAIGNS, own_aws_resources, stack_settings
 
 KEY = "heavy-users-notice-key-" + "h" * 32
 SIGNER = TokenSigner({"k1": KEY.encode()}, "k1")
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack() as private:  # fresh counters: nothing counted before this replay
+def stack(aws_endpoint: str) -> Iterator[LocalStack]:
+    # A private Valkey: fresh counters, nothing counted before this replay.
+    with LocalStack(aws_endpoint=aws_endpoint) as private:
         yield private
 
 
@@ -79,6 +81,7 @@ def _settings(stack: LocalStack, notices: NoticeRecorder, tmp_path: Path) -> Set
         fcap_check_timeout_ms=25.0,
         public_url=notices.public_url,
         notice_keys=(("k1", KEY),),
+        **own_aws_resources(),
     )
 
 
