@@ -1,22 +1,17 @@
 """Assemble a worker's ``BidderState`` from ``Settings``: every stage and its I/O.
 
-One place says which adapter feeds which stage, in hot-path order:
-
-    2 rate limit     RateLimiter, in the bid handler: on the X-Ssp header, before the body
-    3 consent        ConsentPolicy (pure)  ->  eligibility: CampaignBook (DynamoDB, refreshed)
-    4 supply chain   SupplyCache (files or S3, refreshed hourly)
-    5 profile        ProfileCache over DynamoDB (never waits)
-    6 pacing         NodePacer, leases read from Valkey every second
-    7 frequency cap  FrequencyCapper over FcapStore (Valkey, one round trip)
-    8 score          Pricer over the LightGBM artifact (reloaded when it changes)
-    8b dedup         AuctionClaims (Valkey SET NX, bidding copies with a tid only)
-
-(7 and 8b share one auto-pipelined connection on a single Valkey server,
-``bidder.adapters.valkey_pipelined``; on a Cluster they use redis-py clients)
-
-and which sinks the win path tells of a billed impression (fcap counting, the
-pacer's lease debit). Everything that must be loaded before the port opens is
-loaded here; what keeps it fresh is returned as background jobs.
+The stages are listed here in the order they run (docs/architecture.md has the stage
+table); this is the one place that says which adapter feeds each: the campaign book
+(DynamoDB, refreshed) under eligibility, the supply files (files or S3, refreshed
+hourly) under the supply chain, the profile cache over DynamoDB (never waits), the
+pacer's leases read from Valkey every second, the frequency capper over one Valkey
+round trip, the pricer over the LightGBM artifact (reloaded when it changes) and the
+auction claims (Valkey SET NX). Caps and claims share one auto-pipelined connection on
+a single Valkey server (``bidder.adapters.valkey_pipelined``); on a Cluster they use
+redis-py clients. It also says which sinks the win path tells of a billed impression
+(fcap counting, the pacer's lease debit). What must be loaded before the port opens is
+loaded here (``bidder.serve._loads``); what keeps it fresh is returned as background
+jobs.
 """
 
 from __future__ import annotations

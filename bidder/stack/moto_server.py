@@ -1,62 +1,37 @@
-"""moto's server as the local stack runs it: four costs taken out, two races fixed.
+"""moto's server as the local stack runs it: four costs removed, two races closed.
 
-moto stands in for AWS on the same 2 cores as the bidder under test, so whatever CPU it
-burns is taken from the bidder's latency. Four of its costs are removed here without
-changing what any call answers; all but the last grow with the run:
+moto stands in for AWS on the same cores as the bidder under test, so whatever CPU it
+burns is taken from the bidder's latency. None of the changes alters what a call
+answers (the figures behind each: docs/decisions.md, "Processes and operations").
 
-* Garbage collection. moto keeps every Kinesis record and DynamoDB item as Python
-  objects, so its heap only grows, and each full collection walked all of it again:
-  70-190 ms of CPU every 0.3-0.8 s under the chaos suite's ``steady`` (measured with
-  ``gc.callbacks``). Survivors of each full collection are frozen, so the next one walks
-  only what arrived since. A frozen object that later becomes cyclic garbage is never
-  freed: acceptable for a stand-in that lives for one run and keeps its state anyway.
-* ``TransactWriteItems`` (the reconciler applies spend with it). To roll back a failed
-  transaction, moto deep-copies every table the transaction names before applying
-  anything, and puts the copies back on failure: a cost proportional to the table, and
-  the spend table gains an item per ledger entry. A transaction took 11 ms on an empty
-  table and 753 ms with 40,000 items (a long replay's worth; each median of 5, 23 puts
-  and an update, a throwaway script against this server), so moto's CPU grew without
-  bound over a long replay; with the change, 8-14 ms at every size. Here the rollback is
-  by item instead: the items the transaction names are saved (a deep copy of each)
-  before it runs, moto's table copy is skipped, and on any failure each saved item is
-  put back, or removed if it did not exist. The same items end up as before either way,
-  and a rollback no longer undoes another request's writes to other items of the table
-  (moto serves requests on threads; putting a whole table back did).
-* Kinesis shards. A shard keeps its records in insertion order under consecutive
-  sequence numbers (each put takes the last one plus one), yet moto finds the last
-  number by building a list of every key, once per record put, and GetRecords walks
-  the shard from its first record. PutRecords of 100 records took 11 ms on a fresh
-  shard and 96 ms at 40,000 records, GetRecords at the end 4.3 and 8.7 ms (medians of
-  5, a throwaway script against this server). Here the first and last numbers are
-  read from the ends of the dict and GetRecords starts at the number it asks for:
-  PutRecords then took 12 ms at every size, GetRecords 4.3-5.1 ms.
-* Routing. To find a request's backend, moto lists its own package directory
-  (``os.listdir`` and an ``isdir`` per entry, about 150) on every request: 8% of its
-  samples under ``steady`` (py-spy), 240 us of the dispatcher's 242 us per request
-  (``timeit`` of ``get_application`` on a DynamoDB request). The listing cannot change
-  while the server runs, so it is made once.
+Costs, all but the last growing with the run:
 
-And two corrections, both races between moto's request threads (it serves each request
-on a thread of its own):
+* Garbage collection: survivors of each full collection are frozen, so the next one
+  walks only what arrived since (moto keeps every record and item as Python objects).
+  A frozen object that later becomes cyclic garbage is never freed: acceptable for a
+  stand-in that lives for one run and keeps its state anyway.
+* ``TransactWriteItems`` rolls back by item: the items the transaction names are saved
+  (a deep copy of each) before it runs, moto's copy of every named table is skipped,
+  and on failure each saved item is put back, or removed if it did not exist.
+* Kinesis shards: the first and last sequence numbers are read from the ends of the
+  shard's dict (records sit there in insertion order under consecutive numbers), and
+  GetRecords starts at the number it asks for instead of walking from the first.
+* Routing: moto's listing of its own package directory, made on every request to find
+  the backend, is made once (it cannot change while the server runs).
 
-* Kinesis shards are used under a lock. ``Shard.put_record`` ("not safe for
-  concurrency", its own comment) reads the shard's last sequence number, then stores
-  the record under the next one. Two PutRecords calls on one shard (two bidder workers
-  shipping at once) can both take N+1: the later store overwrites the earlier record,
-  and both callers were told it was accepted, so a ledger entry is silently gone from
-  the stream (the chaos suite's ``steady`` lost one; 4 processes putting in a loop
-  lose about 1 record in 60 with a 0.5 ms switch interval). Reads iterate the same
-  dict and can fail ("mutated during iteration") while a put runs.
+Races between moto's request threads (each request runs on a thread of its own):
+
+* Kinesis shards are used under a lock. ``Shard.put_record`` reads the shard's last
+  sequence number, then stores the record under the next one: two PutRecords on one
+  shard (two bidder workers shipping at once) can both take N+1, and the later store
+  overwrites the earlier record after both callers were told it was accepted, losing a
+  ledger entry. Reads iterate the same dict and can fail while a put runs.
 * DynamoDB transactions are serialized with the item writes. A transaction is several
-  writes and, on failure, their undoing; DynamoDB makes it atomic, moto does not. The
-  reconciler's client retries a call after a 5 s read timeout: a retried transaction
-  running beside its still-running first attempt fails its conditions on the first
-  attempt's fresh items, and its rollback (saved before them) removes them while the
-  first attempt's increments stay, so a later replay of those entries counts them
-  twice. moto's own whole-table restore raced the same way and erased the first
-  attempt's writes instead. Found by reading, not seen happen: one re-entrant lock now
-  covers ``transact_write_items``, ``put_item``, ``update_item`` and ``delete_item``,
-  so a transaction and its rollback see no other write in between.
+  writes and, on failure, their undoing; DynamoDB makes it atomic, moto does not. One
+  re-entrant lock covers ``transact_write_items``, ``put_item``, ``update_item`` and
+  ``delete_item``, so a transaction and its rollback see no other write in between (a
+  client's retry running beside its first attempt would otherwise undo that attempt's
+  fresh items while its increments stay).
 """
 
 from __future__ import annotations
