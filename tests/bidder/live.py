@@ -91,11 +91,13 @@ class LiveBidder:
         return self
 
     def _wait_for_leases(self) -> None:
-        """Until this bidder's own pacer holds a lease (bounded: 3 pacing ticks)."""
+        """Until this bidder's own pacer holds a lease. The bound covers the reconciler
+        process's start-up on a loaded machine (imports, its first tick), not how fast
+        leases come: the wait ends at the first lease."""
         assert self.state is not None
         pacer = next(s.pacer for s in self.state.stages if isinstance(s, PacingStage))
         campaigns = [c.id for c in self.state.book.index.campaigns]
-        deadline = time.monotonic() + 3 * self.settings.pacing_tick_s
+        deadline = time.monotonic() + max(30.0, 3 * self.settings.pacing_tick_s)
         while time.monotonic() < deadline:
             if pacer.available and any(pacer.remaining(c) is not None for c in campaigns):
                 return
