@@ -196,13 +196,16 @@ class BidHandler:
         if reason is not None:
             return reason
         state = self._state
+        # Pure stages can't be cancelled, so lateness is checked here: a late answer
+        # takes no ids, and is "deadline" whatever else went wrong while it was late.
+        if state.clock.monotonic() > deadline:
+            return NoBid.DEADLINE
         try:
             body = build_response(ctx, self._settings.seat, state.notice_urls, state.next_bid_id)
         except IdsUnavailable:  # no Snowflake id lease: no bid rather than a duplicate id
             metrics.IDS_UNAVAILABLE.inc()
             return NoBid.INTERNAL_ERROR
-        # Pure stages can't be cancelled, so lateness is checked once more here.
-        if self._state.clock.monotonic() > deadline:
+        if state.clock.monotonic() > deadline:  # building the response took it past
             return NoBid.DEADLINE
         return web.Response(body=body, headers=_HELD_BID_HEADERS if ctx.held else _BID_HEADERS)
 

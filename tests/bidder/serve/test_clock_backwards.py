@@ -4,8 +4,9 @@ The step back is made by a stage placed last in the pipeline: it tells the gener
 (as a lease grant's ``not_before_ms`` does) that ids were issued up to ``step_ms``
 ahead of the wall clock, right before the response asks for the bid's id, so the
 clock is behind by the step whatever the machine's speed. Each test starts its own
-bidder: a step of seconds leaves the generator unable to issue ids until the clock
-catches up.
+bidder on a Valkey of its own: a step of seconds leaves the generator unable to issue
+ids until the clock catches up, and the worker lease it gives back says so, which would
+hold the next bidder to take that worker id on a shared server to the same wait.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from bidder.core.nobid import NoBid
 from bidder.pipeline.runner import Context, Stage
 from bidder.serve.app import BidderState
 from bidder.serve.settings import Settings
+from bidder.stack.local import LocalStack
 from ids.snowflake import decode
 from tests.bidder.conftest import EXTERNAL
 from tests.bidder.live import LiveBidder
@@ -62,8 +64,10 @@ def stepping_bidder(bidder_settings: Settings) -> Iterator[tuple[LiveBidder, Clo
         step.state = state
         return [*state.stages, step]
 
-    with LiveBidder(settings, stages=last) as bidder:
-        yield bidder, step
+    with LocalStack(aws_endpoint=settings.aws_endpoint) as stack:
+        settings = replace(settings, valkey_url=stack.valkey_url)
+        with LiveBidder(settings, stages=last) as bidder:
+            yield bidder, step
 
 
 def _bid_id(bidder: LiveBidder) -> int:
