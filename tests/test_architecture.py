@@ -4,7 +4,7 @@ Every module under ``bidder/``, ``fcap/``, ``pacing/``, ``ids/`` and ``models/``
 parsed with ``ast``; every import counts, at module level, inside a function or under
 ``TYPE_CHECKING``, because each one is a dependency a reader has to follow. The graph
 must have no cycle, may point only down (or sideways) the layer table below, and may not
-reach into another package's ``_private`` module. Modules (also ``scripts/``) stay under
+reach into another package's ``_private`` module or take its ``_private`` names. Modules (also ``scripts/``) stay under
 ``MAX_MODULE_LINES`` and functions under ``MAX_FUNCTION_LINES``.
 
 ``LAYERS`` is the one statement of the layer order, low to high; docs/architecture.md
@@ -266,6 +266,36 @@ def test_no_import_of_another_packages_private_module() -> None:
 
     offenders = [f"{edge.where()}: imports {edge.target}" for edge in imports() if reaches_in(edge)]
     assert not offenders, "private modules of another package:\n" + "\n".join(offenders)
+
+
+def private_names_taken(name: str, tree: ast.AST) -> Iterator[str]:
+    """``from module import _name`` where ``module`` is outside the importer's package."""
+    package = name if is_package(name) else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or node.level or node.module is None:
+            continue
+        owner = resolve(node.module)
+        if owner is None or owner == package or owner.startswith(f"{package}."):
+            continue
+        for alias in node.names:
+            private = alias.name.startswith("_") and not alias.name.startswith("__")
+            if private and f"{node.module}.{alias.name}" not in modules():
+                yield f"{module_path(name)}:{node.lineno}: takes {node.module}.{alias.name}"
+
+
+def test_private_names_stay_in_their_package() -> None:
+    offenders = [
+        found
+        for name, path in modules().items()
+        for found in private_names_taken(name, ast.parse(path.read_text(), filename=str(path)))
+    ]
+    assert not offenders, "private names of another package:\n" + "\n".join(offenders)
+
+
+def test_a_private_name_taken_from_another_package_is_found() -> None:
+    source = "from bidder.core.clock import _hidden\nfrom bidder.core.clock import SystemClock\n"
+    found = list(private_names_taken("models.logs", ast.parse(source)))
+    assert found == ["models/logs.py:1: takes bidder.core.clock._hidden"]
 
 
 def sized_files() -> list[Path]:
