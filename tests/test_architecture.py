@@ -4,8 +4,9 @@ Every module under ``bidder/``, ``fcap/``, ``pacing/``, ``ids/`` and ``models/``
 parsed with ``ast``; every import counts, at module level, inside a function or under
 ``TYPE_CHECKING``, because each one is a dependency a reader has to follow. The graph
 must have no cycle, may point only down (or sideways) the layer table below, and may not
-reach into another package's ``_private`` module or take its ``_private`` names. Modules (also ``scripts/``) stay under
-``MAX_MODULE_LINES`` and functions under ``MAX_FUNCTION_LINES``.
+reach into another package's ``_private`` module or take its ``_private`` names. Modules
+(also ``scripts/``) stay under ``MAX_MODULE_LINES`` and functions under
+``MAX_FUNCTION_LINES``.
 
 ``LAYERS`` is the one statement of the layer order, low to high; docs/architecture.md
 describes the same table.
