@@ -34,7 +34,7 @@ from bidder.serve.cli_options import (
 from bidder.serve.server import load_campaigns, running_bidder
 from bidder.serve.settings import Settings, SettingsError
 from bidder.serve.workers import WorkerPoolError
-from bidder.stack.child import StackError, free_port
+from bidder.stack.child import StackError, free_port, held_port
 from bidder.stack.local import LocalStack
 from models.cli import add_commands as model_commands
 from pacing.cli import add_commands as pacing_commands
@@ -194,7 +194,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _replay_embedded(
     args: argparse.Namespace, records: list[StreamRecord], options: ReplayOptions
 ) -> ReplayResult:
-    settings = settings_from_args(args, free_port(), free_port())
+    settings = settings_from_args(args, held_port(), free_port())
     with _local_stack(args, settings) as stack:
         settings = _on_stack(settings, stack)
 

@@ -53,7 +53,7 @@ from bidder.replay.report import (
 from bidder.serve.cli_options import add_bidder_options, settings_from_args
 from bidder.serve.server import running_bidder
 from bidder.serve.settings import Settings
-from bidder.stack.child import free_port
+from bidder.stack.child import free_port, held_port
 from bidder.stack.local import LocalStack
 
 BURST_SSP = "ssp-delta"
@@ -83,7 +83,7 @@ def settings_for(limit: str, workers: int) -> Settings:
     parser = argparse.ArgumentParser()
     add_bidder_options(parser)
     args = parser.parse_args(["--rate-limit", limit, "--workers", str(workers)])
-    return settings_from_args(args, free_port(), free_port())
+    return settings_from_args(args, held_port(), free_port())
 
 
 def run(records: list[StreamRecord], settings: Settings, options: ReplayOptions) -> ReplayResult:
@@ -92,7 +92,7 @@ def run(records: list[StreamRecord], settings: Settings, options: ReplayOptions)
         settings = settings.replace(
             valkey_url=stack.valkey_url,
             aws_endpoint=stack.aws_endpoint,
-            port=free_port(),
+            port=held_port(),
             admin_port=free_port(),
         )
 

@@ -59,7 +59,7 @@ from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import prepare_resources, wait_for_leases
 from bidder.serve.settings import Settings
 from bidder.serve.worker import start_background, stop_background
-from bidder.stack.child import free_port
+from bidder.stack.child import free_port, held_port
 from bidder.stack.local import LocalStack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-cheap-band-") as tmp, LocalStack() as stack:
         settings = Settings(
-            port=free_port(),
+            port=held_port(),
             admin_port=free_port(),
             campaigns_path=CAMPAIGNS,
             valkey_url=stack.valkey_url,

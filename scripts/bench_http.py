@@ -55,7 +55,7 @@ from bidder.bidstream.stream import StreamRecord, read_stream
 from bidder.replay.client import HttpPool
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import latency_ms
-from bidder.stack.child import free_port
+from bidder.stack.child import free_port, held_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BANNER = ROOT.parent / "shared/external/openrtb/requests/001_iab26_spec-6.2.1-simple-banner.json"
@@ -155,7 +155,7 @@ async def demo_tail(server: Server, records: list[StreamRecord]) -> dict[str, fl
 
 @contextlib.asynccontextmanager
 async def echo_server() -> AsyncIterator[Server]:
-    port = free_port()
+    port = held_port()
     script = str(ROOT / "scripts/echo_server.py")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, script, "--port", str(port), stdout=asyncio.subprocess.PIPE
@@ -173,7 +173,7 @@ async def echo_server() -> AsyncIterator[Server]:
 @contextlib.asynccontextmanager
 async def bidder_server(name: str, tree: Path, workers: int) -> AsyncIterator[Server]:
     """``bidsim serve`` of the checkout ``tree`` (its own .venv), on its own stack."""
-    port = free_port()
+    port = held_port()
     python = tree / ".venv/bin/python"
     if not python.exists():
         raise SystemExit(f"bench_http: {tree} has no .venv (run make venv there)")

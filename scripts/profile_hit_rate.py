@@ -38,7 +38,7 @@ from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, status_classes
 from bidder.serve.server import running_bidder
 from bidder.serve.settings import Settings
-from bidder.stack.child import free_port
+from bidder.stack.child import free_port, held_port
 from bidder.stack.local import LocalStack
 from models.cli import add_commands
 
@@ -118,7 +118,7 @@ def run(stream: Path, workers: int, speed: float) -> dict[str, Any]:
     records = list(read_stream(stream))
     with LocalStack() as stack:
         settings = Settings(
-            port=free_port(),
+            port=held_port(),
             admin_port=free_port(),
             workers=workers,
             campaigns_path=CAMPAIGNS,

@@ -26,7 +26,7 @@ from bidder.serve.assemble import pacing_node_id
 from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import RunningBidder, running_bidder, wait_for_leases
 from bidder.serve.settings import Settings
-from bidder.stack.child import ChildProcess, free_port
+from bidder.stack.child import ChildProcess, free_port, held_port
 from bidder.stack.local import LocalStack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def chaos_settings(stack: LocalStack, workdir: Path, **changes: Any) -> Settings
     pacing tick, the spool in ``workdir``, the reconciler started by the harness."""
     return (
         Settings(
-            port=free_port(),
+            port=held_port(),
             admin_port=free_port(),
             campaigns_path=CAMPAIGNS,
             valkey_url=stack.valkey_url,

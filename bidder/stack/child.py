@@ -18,6 +18,9 @@ Picking a port (bind port 0, read it, close) is racy: another process may take i
 before the server binds. A server that loses that race exits at once, so
 ``retry_lost_port`` starts again on a new port a few times when a child exits before
 it is ready (``ChildExited``); a child that is merely slow is not retried.
+That race can't be seen on the bid port: its workers bind with ``SO_REUSEPORT``, and
+a second server binding such a port with it too does not fail, the two share its
+connections. ``held_port`` keeps such a port taken for the life of this process.
 """
 
 from __future__ import annotations
@@ -57,6 +60,25 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+_HELD: list[socket.socket] = []
+
+
+def held_port() -> int:
+    """A loopback TCP port taken until this process exits: for a bid port, or for an
+    address where nothing may listen.
+
+    It stays bound with ``SO_REUSEPORT`` and never listens: no other process binds it
+    (without that option, or as another user), nothing connects to it (refused), and
+    only the servers of this user that bind with the option (the bid workers) share it.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", 0))
+    _HELD.append(sock)
+    port: int = sock.getsockname()[1]
+    return port
 
 
 # Resolved in the parent: between fork and exec the child should do as little as it can.

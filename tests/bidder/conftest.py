@@ -9,7 +9,7 @@ import pytest
 from bidder.chaos.observe import WATCHED_FLUSH_S
 from bidder.serve.server import load_campaigns
 from bidder.serve.settings import Settings
-from bidder.stack.child import free_port
+from bidder.stack.child import free_port, held_port
 from tests.bidder.live import CAMPAIGNS, REPO, LiveBidder
 
 EXTERNAL = REPO.parent / "shared" / "external" / "openrtb"
@@ -28,7 +28,7 @@ def bidder_settings(
     deadline and chaos tests set their own).
     """
     settings = Settings(
-        port=free_port(),
+        port=held_port(),
         admin_port=free_port(),
         campaigns_path=CAMPAIGNS,
         aws_endpoint=aws_endpoint,

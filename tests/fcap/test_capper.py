@@ -8,7 +8,7 @@ import pytest
 import pytest_asyncio
 
 from bidder.core.campaigns import CapPolicy
-from bidder.stack.child import free_port
+from bidder.stack.child import held_port
 from fcap.capper import FrequencyCapper
 from fcap.store import FcapStore, connect
 from tests.fcap.support import DAY_S, T0, cap, far_deadline, new_user, one_subject
@@ -29,7 +29,7 @@ def _sample(name: str, labels: dict[str, str] | None = None) -> float:
 @pytest_asyncio.fixture
 async def down_store() -> AsyncIterator[FcapStore]:
     """A store whose Valkey is not there: a real refused connection."""
-    client = connect(f"redis://127.0.0.1:{free_port()}")
+    client = connect(f"redis://127.0.0.1:{held_port()}")
     yield FcapStore(client)
     await client.aclose()
 

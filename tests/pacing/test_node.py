@@ -119,10 +119,10 @@ def test_lease_hashes_expire_with_their_leases(
 @pytest_asyncio.fixture
 async def dead() -> AsyncIterator[aioredis.Redis]:
     """A client of a Valkey that is not there: every refresh fails at once."""
-    from bidder.stack.child import free_port
+    from bidder.stack.child import held_port
 
     client = aioredis.Redis(
-        port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
+        port=held_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
     )
     yield client
     await client.aclose()

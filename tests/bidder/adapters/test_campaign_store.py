@@ -11,7 +11,7 @@ import pytest
 from bidder.adapters.aws import aws_client
 from bidder.adapters.campaign_store import CampaignTable, StoreError
 from bidder.core.clock import ManualClock
-from bidder.stack.child import free_port
+from bidder.stack.child import held_port
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_missing_table_is_a_store_error(dynamodb: Any) -> None:
 
 
 def test_unreachable_endpoint_is_a_store_error() -> None:
-    port = free_port()
+    port = held_port()
     client = aws_client("dynamodb", f"http://127.0.0.1:{port}")
     try:
         with pytest.raises(StoreError, match=f"ensure_table .* at http://127.0.0.1:{port}"):

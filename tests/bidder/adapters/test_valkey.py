@@ -9,7 +9,7 @@ import redis
 import redis.asyncio as aioredis
 
 from bidder.adapters.valkey import connect_async, connect_sync, warm_up
-from bidder.stack.child import free_port
+from bidder.stack.child import held_port
 from bidder.stack.cluster import LocalValkeyCluster
 
 
@@ -87,7 +87,7 @@ def test_valkey_scheme_urls_are_accepted(valkey_url: str) -> None:
 
 
 def test_an_unreachable_server_raises_a_connection_error_without_retrying() -> None:
-    client = connect_sync(f"redis://127.0.0.1:{free_port()}", timeout_s=0.5)
+    client = connect_sync(f"redis://127.0.0.1:{held_port()}", timeout_s=0.5)
     with pytest.raises(redis.ConnectionError):
         client.ping()
     assert client.get_retry().get_retries() == 0  # type: ignore[union-attr]
@@ -95,4 +95,4 @@ def test_an_unreachable_server_raises_a_connection_error_without_retrying() -> N
 
 def test_an_unreachable_cluster_node_raises_a_connection_error_when_connecting() -> None:
     with pytest.raises(redis.ConnectionError):
-        connect_sync(f"redis://127.0.0.1:{free_port()}", cluster=True, timeout_s=0.5)
+        connect_sync(f"redis://127.0.0.1:{held_port()}", cluster=True, timeout_s=0.5)

@@ -30,7 +30,7 @@ from bidder.pipeline.auction_claims import (
     auction_key,
 )
 from bidder.pipeline.runner import Context
-from bidder.stack.child import free_port
+from bidder.stack.child import free_port, held_port
 from bidder.stack.cluster import LocalValkeyCluster, ValkeyNode
 from bidder.supply.ads_txt import AdsRecord, AdsTxt
 from bidder.supply.files import DirectorySource, SupplyCache
@@ -335,7 +335,7 @@ async def test_a_better_copy_arriving_during_a_hold_gets_the_bid(
 
 @pytest.mark.asyncio
 async def test_valkey_down_fails_open_and_is_counted(namespace: str) -> None:
-    nobody = connect_pipelined(f"redis://127.0.0.1:{free_port()}", connect_timeout_s=0.5)
+    nobody = connect_pipelined(f"redis://127.0.0.1:{held_port()}", connect_timeout_s=0.5)
     before = claims_count("unavailable")
     dedup = stage(AuctionClaims(nobody, namespace, WINDOW_MS), Sleeps(), loop_clock())
     try:

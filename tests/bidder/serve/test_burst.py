@@ -21,7 +21,7 @@ from bidder.decide.ratelimit import parse_rate_limits
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.serve.server import running_bidder
 from bidder.serve.settings import Settings
-from bidder.stack.child import free_port
+from bidder.stack.child import free_port, held_port
 from tests.bidder.live import LiveBidder
 
 BOOST = {"ssp-delta": 10.0}
@@ -36,7 +36,7 @@ async def test_a_burst_from_one_ssp_is_throttled_while_the_others_are_not(
     stream = tmp_path / "burst.jsonl.gz"
     generate(stream, 1500, seed=11, mean_rate=NORMAL_RATE * boost_scale(BOOST), ssp_boost=BOOST)
     settings = bidder_settings.replace(
-        port=free_port(),
+        port=held_port(),
         admin_port=free_port(),
         workers=1,
         reconciler=False,
@@ -62,7 +62,7 @@ def test_a_throttled_partner_is_answered_before_its_body_is_read(
     bidder_settings: Settings,
 ) -> None:
     settings = bidder_settings.replace(
-        port=free_port(), reconciler=False, rate_limits=parse_rate_limits(["ssp-x=1:1"])
+        port=held_port(), reconciler=False, rate_limits=parse_rate_limits(["ssp-x=1:1"])
     )
     with LiveBidder(settings) as bidder:
         first = bidder.post(b"not even json", headers={"X-Ssp": "ssp-x"})

@@ -11,14 +11,14 @@ import pytest
 from bidder.serve.server import PrepareError, running_bidder
 from bidder.serve.settings import Settings
 from bidder.serve.workers import WorkerPoolError
-from bidder.stack.child import free_port
+from bidder.stack.child import free_port, held_port
 from tests.bidder.conftest import EXTERNAL
 
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()
 
 
 def _fresh(settings: Settings, **changes: object) -> Settings:
-    return settings.replace(port=free_port(), admin_port=free_port(), **changes)
+    return settings.replace(port=held_port(), admin_port=free_port(), **changes)
 
 
 async def _post_many(url: str, count: int) -> list[int]:
@@ -74,7 +74,7 @@ async def test_two_workers_serve_one_port_and_the_admin_port_sums_their_metrics(
 
 @pytest.mark.asyncio
 async def test_health_is_degraded_when_valkey_does_not_answer(bidder_settings: Settings) -> None:
-    settings = _fresh(bidder_settings, valkey_url=f"redis://127.0.0.1:{free_port()}")
+    settings = _fresh(bidder_settings, valkey_url=f"redis://127.0.0.1:{held_port()}")
     async with (
         running_bidder(settings) as bidder,
         aiohttp.ClientSession() as session,
@@ -95,7 +95,7 @@ async def test_stopping_ends_every_worker(bidder_settings: Settings) -> None:
 async def test_a_worker_that_cannot_listen_fails_start_up_with_the_reason(
     bidder_settings: Settings,
 ) -> None:
-    settings = _fresh(bidder_settings)
+    settings = _fresh(bidder_settings).replace(port=free_port())
     # A plain (non-SO_REUSEPORT) listener makes the port unusable for the workers.
     with socket.socket() as blocker:
         blocker.bind((settings.host, settings.port))
@@ -110,7 +110,7 @@ async def test_a_bidder_without_a_reachable_aws_endpoint_fails_start_up(
     bidder_settings: Settings,
 ) -> None:
     settings = _fresh(
-        bidder_settings, campaigns_path=None, aws_endpoint=f"http://127.0.0.1:{free_port()}"
+        bidder_settings, campaigns_path=None, aws_endpoint=f"http://127.0.0.1:{held_port()}"
     )
     with pytest.raises(PrepareError, match="cannot prepare AWS resources"):
         async with running_bidder(settings):

@@ -36,7 +36,7 @@ from bidder.serve.server import prepare_resources, running_bidder, with_shared_n
 from bidder.serve.settings import Settings
 from bidder.serve.worker import run_worker
 from bidder.serve.workers import PoolCollector, Restart, RestartPolicy, WorkerPool, describe_exit
-from bidder.stack.child import die_with_parent, free_port
+from bidder.stack.child import die_with_parent, free_port, held_port
 from pacing.lease_store import leases_key
 
 CONTROL_ENV = "BIDSIM_TEST_WORKER_CONTROL"
@@ -83,7 +83,7 @@ def _gone(pid: int) -> bool:
 
 
 def _fresh(settings: Settings, **changes: object) -> Settings:
-    return settings.replace(port=free_port(), admin_port=free_port(), **changes)
+    return settings.replace(port=held_port(), admin_port=free_port(), **changes)
 
 
 # --- pure parts ------------------------------------------------------------------------

@@ -1,9 +1,12 @@
-"""bidder.stack.child: readiness, stopping and reaping, and the retry of a lost port race."""
+"""bidder.stack.child: readiness, stopping and reaping, the retry of a lost port race, and
+held ports."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +18,8 @@ from bidder.stack.child import (
     ChildExited,
     ChildProcess,
     StackError,
+    free_port,
+    held_port,
     retry_lost_port,
 )
 
@@ -115,3 +120,37 @@ def test_a_start_that_times_out_is_not_retried() -> None:
     with pytest.raises(StackError, match="did not answer"):
         retry_lost_port(start)
     assert attempts == [1]
+
+
+def test_a_held_port_refuses_connections_and_plain_binds() -> None:
+    port = held_port()
+    with socket.socket() as client, pytest.raises(ConnectionRefusedError):
+        client.connect(("127.0.0.1", port))
+    with socket.socket() as server, pytest.raises(OSError, match="in use"):
+        server.bind(("127.0.0.1", port))
+
+
+def test_a_bid_worker_binding_with_reuseport_serves_a_held_port() -> None:
+    port = held_port()
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+            accepted, _ = server.accept()
+            client.sendall(b"x")
+            assert accepted.recv(1) == b"x"
+            accepted.close()
+
+
+def test_another_process_never_picks_a_held_port() -> None:
+    held = {held_port() for _ in range(500)}
+    code = (
+        "from bidder.stack.child import free_port, held_port;"
+        "print(*[free_port() for _ in range(2000)], *[held_port() for _ in range(500)])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    picked = {int(port) for port in out.stdout.split()}
+    assert len(held) == 500 and len(picked) > 500
+    assert not held & picked
+    assert free_port() not in held

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from bidder.adapters.aws import aws_client
-from bidder.stack.child import StackError, free_port
+from bidder.stack.child import StackError, held_port
 from bidder.stack.local import LocalStack
 
 REPO = Path(__file__).resolve().parents[3]
@@ -134,13 +134,13 @@ def test_external_urls_start_nothing_and_pass_through(local_stack: LocalStack) -
 
 
 def test_unreachable_external_valkey_is_a_clear_error() -> None:
-    url = f"redis://127.0.0.1:{free_port()}"
+    url = f"redis://127.0.0.1:{held_port()}"
     with pytest.raises(StackError, match=f"valkey at {url} is not reachable"):
         LocalStack(valkey_url=url).start()
 
 
 def test_unreachable_external_aws_endpoint_is_a_clear_error(local_stack: LocalStack) -> None:
-    endpoint = f"http://127.0.0.1:{free_port()}"
+    endpoint = f"http://127.0.0.1:{held_port()}"
     stack = LocalStack(valkey_url=local_stack.valkey_url, aws_endpoint=endpoint)
     with pytest.raises(StackError, match=f"AWS endpoint {endpoint} is not reachable"):
         stack.start()

@@ -180,9 +180,9 @@ async def test_without_a_ledger_id_or_a_journal_nothing_is_billed(
 
 @pytest.mark.asyncio
 async def test_an_unreachable_dedup_store_without_a_journal_bills_nothing(setup: Setup) -> None:
-    from bidder.stack.child import free_port
+    from bidder.stack.child import held_port
 
-    dead = aioredis.Redis(port=free_port(), socket_connect_timeout=0.2)
+    dead = aioredis.Redis(port=held_port(), socket_connect_timeout=0.2)
     clock = ManualClock()
     biller = Biller(
         dead, setup.ledger, Snowflake(clock, worker=1).next_id, clock, [], dedup_ttl_ms=60_000

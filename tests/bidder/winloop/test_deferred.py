@@ -28,7 +28,7 @@ from bidder.core.clock import ManualClock
 from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import prepare_resources
 from bidder.serve.settings import Settings
-from bidder.stack.child import free_port
+from bidder.stack.child import free_port, held_port
 from bidder.stack.local import LocalStack
 from bidder.winloop.billable import Billable, BillingOutcome, decode_billable
 from bidder.winloop.billing import Biller, BillingUnavailable
@@ -212,7 +212,7 @@ async def env(valkey_url: str, tmp_path: Path) -> AsyncIterator[Env]:
     await journal.open()
     up = aioredis.Redis.from_url(valkey_url)
     # A refused connection fails at once: redis-py's default retries back off for seconds.
-    down = aioredis.Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    down = aioredis.Redis(port=held_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     ids = Snowflake(clock, worker=4, pause=lambda: clock.advance(0.001))
     namespace = f"defer-{uuid.uuid4().hex[:8]}"
     yield Env(journal, Ledger(), Sink(), clock, ids, up, down, namespace)
@@ -364,7 +364,7 @@ def paused(stack: LocalStack) -> Iterator[None]:
 
 def private_settings(base: Settings, stack: LocalStack, tmp_path: Path) -> Settings:
     return base.replace(
-        port=free_port(),
+        port=held_port(),
         admin_port=free_port(),
         valkey_url=stack.valkey_url,
         spend_stream=f"spend-{uuid.uuid4().hex[:10]}",

@@ -27,7 +27,7 @@ from bidder.core.tokens import TokenSigner
 from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import prepare_resources
 from bidder.serve.settings import Settings
-from bidder.stack.child import free_port
+from bidder.stack.child import held_port
 from bidder.winloop.archive import LedgerArchive
 from bidder.winloop.spend_stream import KinesisStream, SpendProducer, ensure_stream
 from bidder.winloop.spool import Segment, Spool
@@ -260,7 +260,7 @@ def test_every_acknowledged_notice_survives_kill_9_exactly_once(
     bidder_settings: Settings, tmp_path: Path
 ) -> None:
     settings = bidder_settings.replace(
-        port=free_port(),
+        port=held_port(),
         spend_stream=f"spend-{uuid.uuid4().hex[:10]}",  # not created yet: the stream is down
         spool_dir=tmp_path / "spool",
         notice_keys=(("k1", KEY),),
