@@ -107,11 +107,16 @@ async def live_bidder(
     """
     if breaker_window_s is not None:
         settings = settings.replace(breaker_window_s=breaker_window_s).validate()
-    async with running_bidder(settings) as bidder:
-        with running_reconciler(settings) as reconciler:
-            live = Live(stack, settings, bidder, reconciler)
-            await asyncio.to_thread(wait_for_leases, settings, live.nodes)
-            yield live
+    with contextlib.ExitStack() as reconciling:
+        # Started before the workers, as ``running_bidder`` does, and stopped before them.
+        reconciler = reconciling.enter_context(running_reconciler(settings))
+        async with running_bidder(settings) as bidder:
+            try:
+                live = Live(stack, settings, bidder, reconciler)
+                await asyncio.to_thread(wait_for_leases, settings, live.nodes)
+                yield live
+            finally:
+                reconciling.close()
 
 
 def campaign_budgets(path: Path = CAMPAIGNS) -> dict[str, int]:

@@ -115,7 +115,11 @@ def with_shared_notice_key(settings: Settings) -> Settings:
 async def running_bidder(settings: Settings) -> AsyncIterator[RunningBidder]:
     await asyncio.to_thread(prepare_resources, settings)
     settings = with_shared_notice_key(settings)
-    with _metrics_dir() as metrics_dir:
+    with _metrics_dir() as metrics_dir, contextlib.ExitStack() as reconciler:
+        if settings.reconciler:
+            # Started before the workers, so that its start-up overlaps theirs; it
+            # grants leases to each node once that node has registered.
+            reconciler.enter_context(running_reconciler(settings))
         pool = WorkerPool(settings)
         await pool.start()
         runner = web.AppRunner(
@@ -130,20 +134,19 @@ async def running_bidder(settings: Settings) -> AsyncIterator[RunningBidder]:
             access_log=None,
         )
         try:
-            with contextlib.ExitStack() as reconciler:
-                if settings.reconciler:
-                    reconciler.enter_context(running_reconciler(settings))
-                    nodes = [pacing_node_id(pid) for pid in pool.pids]
-                    await asyncio.to_thread(wait_for_leases, settings, nodes)
-                await runner.setup()
-                await web.TCPSite(runner, settings.host, settings.admin_port).start()
-                yield RunningBidder(
-                    bid_url=f"http://{settings.host}:{settings.port}",
-                    admin_url=f"http://{settings.host}:{settings.admin_port}",
-                    pool=pool,
-                )
+            if settings.reconciler:
+                nodes = [pacing_node_id(pid) for pid in pool.pids]
+                await asyncio.to_thread(wait_for_leases, settings, nodes)
+            await runner.setup()
+            await web.TCPSite(runner, settings.host, settings.admin_port).start()
+            yield RunningBidder(
+                bid_url=f"http://{settings.host}:{settings.port}",
+                admin_url=f"http://{settings.host}:{settings.admin_port}",
+                pool=pool,
+            )
         finally:
             await runner.cleanup()
+            reconciler.close()  # first: no lease is granted to a node that is stopping
             await pool.stop()
 
 
