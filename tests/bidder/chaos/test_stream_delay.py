@@ -56,22 +56,9 @@ def delayed(aws_endpoint: str, valkey_url: str) -> Iterator[dict[str, Any]]:
 
 
 def _bill(world: dict[str, Any], first_id: int, n: int) -> int:
-    entries = [
-        LedgerEntry(
-            first_id + i,
-            "win",
-            "c1",
-            "adv1",
-            "cr",
-            f"imp{first_id + i}",
-            "b",
-            1_000_000,
-            1_000,
-            1,
-            T0,
-        )  # fmt: skip
-        for i in range(n)
-    ]
+    ids = range(first_id, first_id + n)
+    entries = [LedgerEntry(i, "win", "c1", "adv1", "cr", f"imp{i}", "b", 1_000_000, 1_000, 1, T0)
+               for i in ids]  # fmt: skip
     world["kinesis"].put_records(
         StreamName=world["stream"],
         Records=[{"Data": e.encode(), "PartitionKey": str(e.ledger_id)} for e in entries],
