@@ -35,7 +35,7 @@ import math
 
 from bidder.chaos.harness import ScenarioOptions, live_bidder, records, stream_file
 from bidder.chaos.observe import bid_ms, held_leases, metric, until_probe, wall_ms
-from bidder.chaos.result import ScenarioResult, check_ratio_drop, pass_summary, record_answers
+from bidder.chaos.result import ScenarioResult, pass_summary, record_answers
 from bidder.chaos.scenarios.reconciler_stall import spend_since, stall_campaigns
 from bidder.chaos.steps import Run, audit_money, replay_pass, run_on_stack, split
 from bidder.chaos.stream_delay import StreamDelay
@@ -137,8 +137,10 @@ def _check_answers(run: Run, passes: list[ReplayResult], held_ticks: float, log:
         lag_threshold_s=THRESHOLD_S[run.short],
         lag_held_ticks=int(held_ticks),
     )
+    # Money, not latency, is measured here (as in reconciler_stall): the answers are held
+    # to the floor ratio, not compared between passes a few hundred requests long.
     record_answers(checks, scenario, passes, run.options.min_ratio())
-    check_ratio_drop(checks, scenario, passes[:1], passes[1:])
+    checks.expect("client_timeouts", sum(p.timeouts for p in passes), "==", 0)
     reasons = passes[1].nbr_reasons
     checks.expect("no_lease_answers_during_the_lag", reasons["no_lease"], ">", 0)
     checks.expect("lag_held_ticks", held_ticks, ">", 0)
