@@ -16,6 +16,7 @@ not carry its traffic.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from typing import Any
@@ -24,15 +25,16 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from bidder.stack.child import free_port
-
 _DROPPED = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
 
 class StreamDelay:
     def __init__(self, upstream: str) -> None:
         self._upstream = upstream.rstrip("/")
-        self.port = free_port()
+        # Bound here, port 0: no other process can take the port before the server runs.
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.bind(("127.0.0.1", 0))
+        self.port: int = self._socket.getsockname()[1]
         self._since: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -70,7 +72,7 @@ class StreamDelay:
         app.router.add_route("*", "/{tail:.*}", self._forward)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", self.port).start()
+        await web.SockSite(runner, self._socket).start()
         async with aiohttp.ClientSession() as self._session:
             self._ready.set()
             await self._stop.wait()
