@@ -101,6 +101,10 @@ def _reconciler_options(p: argparse.ArgumentParser) -> None:
         "--breaker-window-s", type=float, default=PacingConfig().breaker_window_s, metavar="S",
         help="pause a campaign whose spend stays above 3x its target for S seconds",
     )  # fmt: skip
+    p.add_argument(
+        "--lag-threshold-s", type=float, default=PacingConfig().lag_threshold_s, metavar="S",
+        help="grant no lease while the spend stream's consumer is more than S seconds behind",
+    )  # fmt: skip
     p.add_argument("--stream", default=DEFAULT_STREAM, help="Kinesis spend stream")
     p.add_argument("--spend-table", default="bidsim-spend")
     p.add_argument("--campaign-table", default="bidsim-campaigns")
@@ -201,9 +205,13 @@ def cmd_reconciler(args: argparse.Namespace) -> int:
     from bidder.adapters.aws import aws_client
     from pacing.curves import load_curve_dir
 
-    config = PacingConfig(tick_s=args.tick_s, breaker_window_s=args.breaker_window_s)
+    config = PacingConfig(
+        tick_s=args.tick_s,
+        breaker_window_s=args.breaker_window_s,
+        lag_threshold_s=args.lag_threshold_s,
+    )
     if config.problems():
-        raise CurveError("; ".join(config.problems()))
+        raise CurveError("; ".join(f"--{p.replace('_', '-')}" for p in config.problems()))
     curves = load_curve_dir(args.curves) if args.curves else None
     store = CampaignTable(
         aws_client("dynamodb", args.aws_endpoint, args.region), args.campaign_table

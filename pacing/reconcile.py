@@ -15,10 +15,12 @@ Each tick, for each campaign of the UTC day:
    leases' amounts (``pacing.lease.LeaseBook``), so spend drawn from a lease is not
    counted twice (once in ``spent``, once as the lease's full amount);
 6. check: the invariants, reported rather than raised (the caller logs and counts):
-   ``spent + exposure <= budget``, and no spend beyond what was leased (overdrawn).
+   ``spent + exposure <= budget``, and no spend beyond what was leased (overdrawn);
+   and, per advertiser, that its total equals the sum of its campaigns' totals
+   (``advertiser_mismatches``, which the caller runs on the totals it read).
 
-``SpendBook`` applies ledger entries exactly once by ledger id; the live reconciler
-keeps it beside DynamoDB as the ledger-side sum the invariants compare against.
+``SpendBook`` applies ledger entries exactly once by ledger id, in memory: the rule
+``pacing.spend_table`` enforces in DynamoDB, for sums computed from a ledger.
 Nothing here does I/O or reads a clock: time comes in as ``now_ms``.
 """
 
@@ -43,6 +45,7 @@ from pacing.lease import (
     grant_per_node,
 )
 from pacing.pid import Pid, PidGains
+from pacing.stream_lag import DEFAULT_THRESHOLD_S
 
 DEFAULT_GAINS = PidGains(kp=0.03, ki=0.001, kd=0.0)
 """Tuned on the standard scenario (docs/pacing.md): stable for supply 1.2-7.5x target."""
@@ -59,10 +62,16 @@ class PacingConfig:
     breaker_window_s: float = 60.0
     initial_rate: float = 0.5
     """The rate before any spend has been seen (the integral's starting value)."""
+    lag_threshold_s: float = DEFAULT_THRESHOLD_S
+    """Spend stream consumer lag above which no lease is granted (``pacing.stream_lag``)."""
 
     @property
     def tick_ms(self) -> int:
         return round(self.tick_s * 1000)
+
+    @property
+    def lag_threshold_ms(self) -> int:
+        return round(self.lag_threshold_s * 1000)
 
     def problems(self) -> list[str]:
         found = []
@@ -74,6 +83,8 @@ class PacingConfig:
             found.append("chunk_micros must be at least 1")
         if self.breaker_ratio <= 1 or self.breaker_window_s <= 0:
             found.append("breaker_ratio must be above 1 and breaker_window_s above 0")
+        if not self.lag_threshold_s >= 0.001:
+            found.append(f"lag_threshold_s must be at least 0.001, got {self.lag_threshold_s}")
         return found
 
 
@@ -298,20 +309,33 @@ class SpendBook:
         return fresh
 
 
+@dataclass(frozen=True, slots=True)
+class AdvertiserMismatch:
+    """An advertiser whose spend total differs from the sum of its campaigns' totals."""
+
+    advertiser: str
+    campaigns_micros: int
+    total_micros: int
+
+    def __str__(self) -> str:
+        return (
+            f"advertiser {self.advertiser}: campaigns sum to {self.campaigns_micros}, "
+            f"advertiser total is {self.total_micros}"
+        )
+
+
 def advertiser_mismatches(
     campaign_totals: Mapping[str, int],
     advertiser_of: Mapping[str, str],
     advertiser_totals: Mapping[str, int],
-) -> list[str]:
+) -> list[AdvertiserMismatch]:
     """Advertisers whose total differs from the sum of their campaigns' totals."""
     sums: dict[str, int] = defaultdict(int)
     for campaign_id, total in campaign_totals.items():
         sums[advertiser_of.get(campaign_id, "?")] += total
-    problems = []
+    found = []
     for advertiser in sorted(set(sums) | set(advertiser_totals)):
-        if sums.get(advertiser, 0) != advertiser_totals.get(advertiser, 0):
-            problems.append(
-                f"advertiser {advertiser}: campaigns sum to {sums.get(advertiser, 0)}, "
-                f"advertiser total is {advertiser_totals.get(advertiser, 0)}"
-            )
-    return problems
+        campaigns, total = sums.get(advertiser, 0), advertiser_totals.get(advertiser, 0)
+        if campaigns != total:
+            found.append(AdvertiserMismatch(advertiser, campaigns, total))
+    return found

@@ -3,12 +3,20 @@
 One tick (``Reconciler.tick``, every ``tick_s``, default 5 s):
 
 1. read every shard of the spend stream from its checkpoint, shards in parallel
-   threads (``KinesisReader``); undecodable records are logged, counted and skipped;
+   threads (``pacing.spend_reader``); undecodable records are logged, counted and
+   skipped;
 2. apply the entries to the DynamoDB totals exactly once (``SpendTable.apply``);
-3. read the day's totals, the live nodes and what departed nodes returned, run the
-   pure tick (``pacing.reconcile``);
-4. write each live node's leases to Valkey; only then save the shard checkpoints;
-5. log the applied returns and delete exactly the returned records this tick applied.
+3. read the day's campaign and advertiser totals, check that each advertiser's total
+   is the sum of its campaigns' (a mismatch is logged, naming the advertiser, and
+   counted in ``bidsim_pacing_advertiser_mismatches``);
+4. if the read left the consumer further behind the stream's tip than the lag
+   threshold, hold: no lease is written this tick (``pacing.stream_lag``; logged when
+   the hold starts and ends, counted in ``bidsim_pacing_lag_held_ticks``), save the
+   checkpoints and stop here;
+5. read the live nodes and what departed nodes returned, run the pure tick
+   (``pacing.reconcile``);
+6. write each live node's leases to Valkey; only then save the shard checkpoints;
+7. log the applied returns and delete exactly the returned records this tick applied.
 
 Returned records are looked for under every node leased to within the leases' lifetime
 (a departed node is no longer in the live set). Applying one is idempotent in memory
@@ -34,7 +42,7 @@ from typing import Any
 
 import orjson
 from botocore.exceptions import BotoCoreError, ClientError
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 from redis.exceptions import RedisError
 
 from bidder.adapters.aws import aws_client
@@ -47,8 +55,18 @@ from bidder.core.ledger import LedgerEntry, LedgerFormatError, decode_entry
 from pacing.curves import BUILTIN, Curve, CurveError, day_of
 from pacing.lease import Lease, ReturnedLease, expiry_ms
 from pacing.lease_store import WRITE_LEASES, LeaseWriter
-from pacing.reconcile import Budget, PacingConfig, Reconcile, TickResult, budget_of
+from pacing.reconcile import (
+    AdvertiserMismatch,
+    Budget,
+    PacingConfig,
+    Reconcile,
+    TickResult,
+    advertiser_mismatches,
+    budget_of,
+)
+from pacing.spend_reader import KinesisReader
 from pacing.spend_table import SpendStoreError, SpendTable
+from pacing.stream_lag import LagDecision, LagGate
 
 log = logging.getLogger("bidsim.reconciler")
 
@@ -68,64 +86,20 @@ RETURNED = Counter(
     "bidsim_pacing_returned_micros",
     "Unspent lease remainders of departed nodes taken off the exposure.",
 )
-
-
-class KinesisReader:
-    """Reads new records from every shard of a stream, resuming at saved checkpoints."""
-
-    def __init__(
-        self, client: Any, stream: str, table: SpendTable, pool: ThreadPoolExecutor
-    ) -> None:
-        self._client = client
-        self.stream = stream
-        self._table = table
-        self._pool = pool
-        self._iterators: dict[str, str] = {}
-        self.positions: dict[str, str] = {}
-        """The last sequence number read per shard (saved by ``commit``)."""
-
-    def read(self) -> list[bytes]:
-        shards = [s["ShardId"] for s in self._client.list_shards(StreamName=self.stream)["Shards"]]
-        records: list[bytes] = []
-        for shard, (data, last) in zip(
-            shards, self._pool.map(self._read_shard, shards), strict=True
-        ):
-            records += data
-            if last is not None:
-                self.positions[shard] = last
-        return records
-
-    def commit(self) -> None:
-        for shard, sequence in self.positions.items():
-            self._table.save_checkpoint(self.stream, shard, sequence)
-
-    def _read_shard(self, shard: str) -> tuple[list[bytes], str | None]:
-        iterator = self._iterators.get(shard) or self._start(shard)
-        data: list[bytes] = []
-        last: str | None = None
-        for _ in range(100):  # at most 100 pages a tick; the rest waits for the next one
-            page = self._client.get_records(ShardIterator=iterator, Limit=10_000)
-            iterator = page["NextShardIterator"]
-            data += [r["Data"] for r in page["Records"]]
-            if page["Records"]:
-                last = page["Records"][-1]["SequenceNumber"]
-            if not page["Records"] or not page.get("MillisBehindLatest"):
-                break
-        self._iterators[shard] = iterator
-        return data, last
-
-    def _start(self, shard: str) -> str:
-        saved = self.positions.get(shard) or self._table.checkpoint(self.stream, shard)
-        where: dict[str, str] = {"ShardIteratorType": "TRIM_HORIZON"}
-        if saved is not None:
-            where = {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": saved}
-        answer = self._client.get_shard_iterator(StreamName=self.stream, ShardId=shard, **where)
-        return str(answer["ShardIterator"])
-
-    def forget_iterators(self) -> None:
-        """After a failed tick: restart each shard from its checkpoint next time."""
-        self._iterators.clear()
-        self.positions.clear()
+ADVERTISER_MISMATCHES = Counter(
+    "bidsim_pacing_advertiser_mismatches",
+    "Ticks on which an advertiser's spend total differed from the sum of its campaigns'.",
+    ["advertiser"],
+)
+STREAM_LAG = Gauge(
+    "bidsim_pacing_spend_stream_lag_seconds",
+    "How far behind the spend stream's tip the reconciler's last read ended.",
+    multiprocess_mode="livemax",
+)
+LAG_HELD_TICKS = Counter(
+    "bidsim_pacing_lag_held_ticks",
+    "Ticks that granted no lease because the spend stream lagged past the threshold.",
+)
 
 
 @dataclass
@@ -134,6 +108,13 @@ class TickReport:
     applied: list[LedgerEntry] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     bad_records: int = 0
+    lag: LagDecision | None = None
+    mismatches: list[AdvertiserMismatch] = field(default_factory=list)
+
+    @property
+    def held(self) -> bool:
+        """No lease was granted: the spend stream lagged past the threshold."""
+        return self.lag is not None and self.lag.hold
 
 
 class Reconciler:
@@ -155,6 +136,7 @@ class Reconciler:
         self._campaigns = campaigns
         self._clock = clock
         self.core = Reconcile(config)
+        self._lag = LagGate(self.core.config.lag_threshold_ms)
         self._curves = {**BUILTIN, **(curves or {})}
         self._leased_to: dict[str, int] = {}
         """Node -> when its last lease expires: where returned records may appear."""
@@ -172,11 +154,17 @@ class Reconciler:
 
     def _tick(self) -> TickReport:
         raw = self._reader.read()
+        lag = self._observe_lag(self._reader.lag_ms)
         entries, bad = _decode(raw)
         applied = self._table.apply(entries)
         now_ms = self._clock.wall_ms()
         budgets = self._budgets()
         spent = self._table.campaign_totals(day_of(now_ms), [b.campaign_id for b in budgets])
+        mismatches = self._check_advertisers(day_of(now_ms), budgets, spent)
+        if lag.hold:  # the leases out expire on their own: nothing unseen is granted
+            self._reader.commit()
+            LAG_HELD_TICKS.inc()
+            return TickReport(TickResult(), applied, [], bad, lag, mismatches)
         nodes = self._leases.live_nodes(now_ms)
         returns = self._read_returns(now_ms, nodes)
         result = self.core.tick(now_ms, budgets, spent, len(nodes), returns)
@@ -187,7 +175,35 @@ class Reconciler:
         self._reader.commit()
         self._settle_returns(now_ms, result)
         self._report(result)
-        return TickReport(result, applied, nodes, bad)
+        return TickReport(result, applied, nodes, bad, lag, mismatches)
+
+    def _observe_lag(self, lag_ms: int) -> LagDecision:
+        decision = self._lag.observe(lag_ms)
+        STREAM_LAG.set(lag_ms / 1000)
+        threshold_s = self._lag.threshold_ms / 1000
+        if decision.started:
+            log.warning(
+                "pacing: spend stream %.1f s behind (threshold %g s): holding leases, "
+                "none granted until it is at most %g s behind",
+                lag_ms / 1000, threshold_s, threshold_s / 2,
+            )  # fmt: skip
+        elif decision.cleared:
+            log.warning(
+                "pacing: spend stream %.1f s behind: lag cleared, granting leases again",
+                lag_ms / 1000,
+            )
+        return decision
+
+    def _check_advertisers(
+        self, day: int, budgets: Sequence[Budget], spent: Mapping[str, int]
+    ) -> list[AdvertiserMismatch]:
+        advertiser_of = {b.campaign_id: b.advertiser for b in budgets}
+        totals = self._table.advertiser_totals(day, sorted(set(advertiser_of.values())))
+        found = advertiser_mismatches(spent, advertiser_of, totals)
+        for mismatch in found:
+            ADVERTISER_MISMATCHES.labels(mismatch.advertiser).inc()
+            log.error("pacing: advertiser totals disagree: %s", mismatch)
+        return found
 
     def _read_returns(self, now_ms: int, live: Sequence[str]) -> list[ReturnedLease]:
         self._leased_to = {n: until for n, until in self._leased_to.items() if until > now_ms}

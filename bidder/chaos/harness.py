@@ -98,18 +98,23 @@ class Live:
 
 @contextlib.asynccontextmanager
 async def live_bidder(
-    stack: LocalStack, settings: Settings, breaker_window_s: float | None = None
+    stack: LocalStack,
+    settings: Settings,
+    breaker_window_s: float | None = None,
+    reconciler_aws_endpoint: str | None = None,
 ) -> AsyncIterator[Live]:
     """The bidder on ``stack`` with its reconciler, once every worker holds leases.
 
     ``breaker_window_s``: run the reconciler with this circuit-breaker window instead
-    of the production 60 s, so a short run can trip it.
+    of the production 60 s, so a short run can trip it. ``reconciler_aws_endpoint``:
+    the reconciler's AWS endpoint instead of the stack's moto (a proxy in front of it).
     """
     if breaker_window_s is not None:
         settings = settings.replace(breaker_window_s=breaker_window_s).validate()
+    own = settings.replace(aws_endpoint=reconciler_aws_endpoint or settings.aws_endpoint)
     with contextlib.ExitStack() as reconciling:
         # Started before the workers, as ``running_bidder`` does, and stopped before them.
-        reconciler = reconciling.enter_context(running_reconciler(settings))
+        reconciler = reconciling.enter_context(running_reconciler(own))
         async with running_bidder(settings) as bidder:
             try:
                 live = Live(stack, settings, bidder, reconciler)

@@ -15,6 +15,7 @@ from bidder.chaos.scenarios import (
     reconciler_stall,
     runaway_spend,
     spend_stream_down,
+    spend_stream_lag,
     steady,
     surge,
     worker_kill9,
@@ -22,7 +23,7 @@ from bidder.chaos.scenarios import (
 
 _MODULES: tuple[ModuleType, ...] = (
     steady, budget_unreadable, runaway_spend, surge, duplicate_auctions, profile_store_down,
-    master_failover, reconciler_stall, spend_stream_down, worker_kill9,
+    master_failover, reconciler_stall, spend_stream_down, spend_stream_lag, worker_kill9,
 )  # fmt: skip
 SCENARIOS: dict[str, Callable[[ScenarioOptions], ScenarioResult]] = {
     module.NAME: module.run for module in _MODULES

@@ -133,6 +133,10 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
         "--breaker-window-s", type=float, default=_D.breaker_window_s, metavar="S",
         help="the reconciler pauses a campaign spending above 3x its target for S seconds",
     )  # fmt: skip
+    g.add_argument(
+        "--spend-lag-threshold-s", type=float, default=_D.spend_lag_threshold_s, metavar="S",
+        help="the reconciler grants no lease while the spend stream is over S seconds behind",
+    )  # fmt: skip
     g.add_argument("--lease-refresh-s", type=float, default=_D.lease_refresh_s)
     g.add_argument("--pacing-curves", type=Path, metavar="DIR")
     g.add_argument("--no-reconciler", action="store_true", help="a reconciler runs elsewhere")
@@ -186,6 +190,7 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         profile_ttl_s=args.profile_ttl_s,
         pacing_tick_s=args.pacing_tick_s,
         breaker_window_s=args.breaker_window_s,
+        spend_lag_threshold_s=args.spend_lag_threshold_s,
         lease_refresh_s=args.lease_refresh_s,
         pacing_curves=args.pacing_curves,
         reconciler=not args.no_reconciler,

@@ -31,6 +31,7 @@ def reconciler_argv(settings: Settings) -> list[str]:
         "--region", settings.aws_region,
         "--tick-s", str(settings.pacing_tick_s),
         "--breaker-window-s", str(settings.breaker_window_s),
+        "--lag-threshold-s", str(settings.spend_lag_threshold_s),
         "--stream", settings.spend_stream,
         "--spend-table", settings.spend_table,
         "--campaign-table", settings.campaigns_table,

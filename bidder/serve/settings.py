@@ -130,9 +130,11 @@ class Settings:
     lease_refresh_s: float = 1.0
     """How often a worker re-reads its leases (and heartbeats as a live node)."""
     pacing_curves: Path | None = None
+    """Directory of named curves (NAME.json) for campaigns' ``pacing_curve``."""
     breaker_window_s: float = 60.0
     """The reconciler's circuit breaker: spend above 3x target for this long pauses."""
-    """Directory of named curves (NAME.json) for campaigns' ``pacing_curve``."""
+    spend_lag_threshold_s: float = 10.0
+    """The reconciler grants no lease while the spend stream lags more than this."""
     spend_table: str = "bidsim-spend"
     reconciler: bool = True
     """Run the reconciler beside the workers (``bidsim serve``); off when one runs elsewhere."""
@@ -259,6 +261,7 @@ class Settings:
             (self.profile_cache_size >= 1, "--profile-cache-size must be at least 1"),
             (0.05 <= self.pacing_tick_s <= 3600, "--pacing-tick-s must be 0.05-3600"),
             (self.breaker_window_s > 0, "--breaker-window-s must be above 0"),
+            (self.spend_lag_threshold_s >= 0.001, "--spend-lag-threshold-s must be at least 0.001"),
             (0.05 <= self.lease_refresh_s <= 60, "--lease-refresh-s must be 0.05-60"),
             (
                 self.pacing_curves is None or self.pacing_curves.is_dir(),

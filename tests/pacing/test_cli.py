@@ -19,6 +19,15 @@ REQUIRED_KEYS = (
 )  # fmt: skip
 
 
+RECONCILER = [
+    "reconciler",
+    "--valkey",
+    "redis://127.0.0.1:1",
+    "--aws-endpoint",
+    "http://127.0.0.1:1",
+]
+
+
 def _run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bidsim")
     add_commands(parser.add_subparsers(required=True))
@@ -49,6 +58,7 @@ def test_curve_from_a_stream_writes_24_weights(tmp_path: Path) -> None:
         (["pacing", "simulate", "--curve", "nope"], "--curve"),
         (["pacing", "simulate", "--nodes", "0"], "--nodes"),
         (["pacing", "curve", "/no/such/stream.jsonl"], "cannot open"),
+        ([*RECONCILER, "--lag-threshold-s", "0"], "--lag-threshold-s must be at least 0.001"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(

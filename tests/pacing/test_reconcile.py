@@ -9,6 +9,7 @@ from bidder.core.ledger import LedgerEntry
 from pacing.curves import DAY_MS, STANDARD
 from pacing.lease import ReturnedLease
 from pacing.reconcile import (
+    AdvertiserMismatch,
     Budget,
     PacingConfig,
     Reconcile,
@@ -193,7 +194,21 @@ def test_spend_book_applies_each_ledger_id_once_in_any_order(
 def test_advertiser_mismatch_is_reported() -> None:
     ok = advertiser_mismatches({"c1": 5, "c2": 7}, {"c1": "a", "c2": "a"}, {"a": 12})
     bad = advertiser_mismatches({"c1": 5}, {"c1": "a"}, {"a": 6})
-    assert ok == [] and bad and "advertiser a" in bad[0]
+    assert ok == [] and bad == [AdvertiserMismatch("a", 5, 6)]
+    assert str(bad[0]) == "advertiser a: campaigns sum to 5, advertiser total is 6"
+
+
+@given(st.dictionaries(st.sampled_from(["c1", "c2", "c3", "c4"]), st.integers(0, 10**12)))
+def test_totals_written_together_never_mismatch(campaign_totals: dict[str, int]) -> None:
+    owner = {"c1": "a", "c2": "a", "c3": "b", "c4": "c"}
+    totals: dict[str, int] = {}
+    for campaign_id, total in campaign_totals.items():
+        totals[owner[campaign_id]] = totals.get(owner[campaign_id], 0) + total
+    assert advertiser_mismatches(campaign_totals, owner, totals) == []
+    if totals:
+        first = sorted(totals)[0]
+        off = advertiser_mismatches(campaign_totals, owner, {**totals, first: totals[first] + 1})
+        assert [m.advertiser for m in off] == [first]
 
 
 def test_a_departed_nodes_remainder_is_granted_to_the_nodes_that_stay() -> None:

@@ -31,9 +31,11 @@ from pacing.lease_store import (
     returns_log_key,
 )
 from pacing.node import NodePacer
-from pacing.reconcile import PacingConfig
-from pacing.reconciler import KinesisReader, Reconciler
+from pacing.reconcile import AdvertiserMismatch, PacingConfig
+from pacing.reconciler import Reconciler
+from pacing.spend_reader import KinesisReader
 from pacing.spend_table import SpendTable
+from tests.published import sample
 
 T0 = 1_767_268_800_000  # 2026-01-01 12:00 UTC
 BUDGET = 10_000_000_000
@@ -279,3 +281,34 @@ def test_a_returned_record_read_again_is_not_taken_off_twice(
     report = reconciler.tick()
     assert [p.returned_micros for p in report.result.plans] == [0, 0, 0]
     assert not valkey.exists(returned_key("n1", world["prefix"]))
+
+
+def test_totals_that_agree_report_no_advertiser_mismatch(world: dict[str, Any]) -> None:
+    _put(world, _entries(60))
+    report = world["make"]().tick()
+    assert report.mismatches == [] and not report.held
+
+
+def test_an_advertiser_total_off_its_campaigns_sum_is_logged_and_counted_every_tick(
+    world: dict[str, Any], aws_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    entries = _entries(60)
+    _put(world, entries)
+    reconciler = world["make"]()
+    reconciler.tick()
+    table: SpendTable = world["table"]
+    day = day_of(T0)
+    aws_client("dynamodb", aws_endpoint).update_item(
+        TableName=table.table_name, Key={"pk": {"S": f"adv#{day}#adv2"}},
+        UpdateExpression="ADD spent :one", ExpressionAttributeValues={":one": {"N": "1"}},
+    )  # fmt: skip
+    before = sample("bidsim_pacing_advertiser_mismatches_total", {"advertiser": "adv2"})
+    world["clock"].advance(5.0)
+    with caplog.at_level("ERROR", logger="bidsim.reconciler"):
+        first, second = reconciler.tick(), reconciler.tick()
+    adv2 = sum(e.cost_micros for e in entries if e.advertiser == "adv2")
+    assert first.mismatches == second.mismatches == [AdvertiserMismatch("adv2", adv2, adv2 + 1)]
+    after = sample("bidsim_pacing_advertiser_mismatches_total", {"advertiser": "adv2"})
+    assert after - before == 2
+    named = [r.getMessage() for r in caplog.records if "advertiser adv2" in r.getMessage()]
+    assert len(named) == 2 and "campaigns sum to" in named[0]

@@ -66,10 +66,14 @@ def stall_campaigns(path: Path) -> dict[str, int]:
     return budgets
 
 
-def spend_since(entries: list[LedgerEntry], since_ms: int) -> dict[str, int]:
+def spend_since(
+    entries: list[LedgerEntry], since_ms: int, until_ms: int | None = None
+) -> dict[str, int]:
+    """Spend per campaign on bids made from ``since_ms`` (and before ``until_ms``)."""
     spend: dict[str, int] = defaultdict(int)
     for entry in entries:
-        if bid_ms(entry) >= since_ms:
+        made = bid_ms(entry)
+        if made >= since_ms and (until_ms is None or made < until_ms):
             spend[entry.campaign_id] += entry.cost_micros
     return dict(spend)
 

@@ -63,6 +63,12 @@ def test_bills_acknowledged_while_the_spend_stream_is_down_are_not_lost(tmp_path
     _passes("spend_stream_down", tmp_path)
 
 
+def test_a_lagging_spend_stream_stops_the_grants_and_spend_within_the_bound(
+    tmp_path: Path,
+) -> None:
+    _passes("spend_stream_lag", tmp_path)
+
+
 def test_a_worker_killed_with_sigkill_loses_no_acknowledged_bill(tmp_path: Path) -> None:
     _passes("worker_kill9", tmp_path)
 
@@ -71,5 +77,5 @@ def test_every_scenario_has_a_test_here() -> None:
     assert set(SCENARIOS) == {
         "steady", "budget_unreadable", "runaway_spend", "surge", "duplicate_auctions",
         "profile_store_down", "master_failover", "reconciler_stall", "spend_stream_down",
-        "worker_kill9",
+        "spend_stream_lag", "worker_kill9",
     }  # fmt: skip

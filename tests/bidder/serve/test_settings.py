@@ -25,6 +25,7 @@ BAD: dict[str, tuple[str, Any]] = {
     "valkey_url": ("--valkey", "http://127.0.0.1:6379"),
     "aws_endpoint": ("--aws-endpoint", "127.0.0.1:5000"),
     "public_url": ("--public-url", "ftp://bidder.example"),
+    "spend_lag_threshold_s": ("--spend-lag-threshold-s", 0.0),
 }
 
 
