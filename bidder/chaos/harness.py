@@ -112,16 +112,13 @@ async def live_bidder(
     if breaker_window_s is not None:
         settings = settings.replace(breaker_window_s=breaker_window_s).validate()
     own = settings.replace(aws_endpoint=reconciler_aws_endpoint or settings.aws_endpoint)
-    with contextlib.ExitStack() as reconciling:
-        # Started before the workers, as ``running_bidder`` does, and stopped before them.
-        reconciler = reconciling.enter_context(running_reconciler(own))
-        async with running_bidder(settings) as bidder:
-            try:
-                live = Live(stack, settings, bidder, reconciler)
-                await asyncio.to_thread(wait_for_leases, settings, live.nodes)
-                yield live
-            finally:
-                reconciling.close()
+    # Started inside ``running_bidder``, so that it publishes to the workers' metrics
+    # directory (the admin port's /metrics).
+    async with running_bidder(settings) as bidder:
+        with running_reconciler(own) as reconciler:
+            live = Live(stack, settings, bidder, reconciler)
+            await asyncio.to_thread(wait_for_leases, settings, live.nodes)
+            yield live
 
 
 def campaign_budgets(path: Path = CAMPAIGNS) -> dict[str, int]:
