@@ -11,10 +11,11 @@ import gzip
 import subprocess
 import sys
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 from bidder.bidstream.stream import read_stream
-from tests.bidder.bidstream.importers.ipinyou_rows import DatasetRow, raw_text, spaced
+from tests.bidder.bidstream.importers.ipinyou_rows import START, DatasetRow, raw_text, spaced
 
 IMPORT_THEN_REPORT = """
 import sys
@@ -26,6 +27,7 @@ sys.exit(code)
 """
 SMALL_ROWS, LARGE_ROWS = 1_000, 120_000
 CHUNK = 5_000
+GAP_MS = 7
 
 
 def write_input(path: Path, rows: int) -> int:
@@ -34,7 +36,8 @@ def write_input(path: Path, rows: int) -> int:
     template = DatasetRow()
     with gzip.open(path, "wt") as out:
         for start in range(0, rows, CHUNK):
-            chunk = spaced([template] * min(CHUNK, rows - start), gap_ms=7)
+            first = START + timedelta(milliseconds=GAP_MS * start)
+            chunk = spaced([template] * min(CHUNK, rows - start), GAP_MS, first)
             varied = [
                 replace(row, bidid=f"bid-{start + i}", ipinyouid=f"user-{(start + i) % 9973}")
                 for i, row in enumerate(chunk)
@@ -74,4 +77,5 @@ def test_a_large_import_needs_no_more_memory_than_a_small_one(tmp_path: Path) ->
     assert growth < large_size / 20, (
         f"peak RSS {small_peak:,} B, then {large_peak:,} B for {large_size:,} B of input"
     )
-    assert sum(1 for _ in read_stream(out)) == LARGE_ROWS
+    offsets = [record.t_ms for record in read_stream(out)]
+    assert offsets == [GAP_MS * i for i in range(LARGE_ROWS)]
