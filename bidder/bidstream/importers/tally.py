@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 EXAMPLES = 5
 """How many skipped lines are named with file, line and detail."""
@@ -32,17 +31,6 @@ class ImportTally:
         if len(self.examples) < EXAMPLES:
             self.examples.append(f"{path}:{lineno}: {detail}")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "files": self.files,
-            "lines": self.lines,
-            "written": self.written,
-            "with_market_price": self.with_price,
-            "late": self.late,
-            "skipped": dict(self.skipped.most_common()),
-            "first_skipped": list(self.examples),
-        }
-
     def render(self, out: Path) -> str:
         """A few lines for the terminal."""
         skipped = sum(self.skipped.values())
@@ -50,6 +38,7 @@ class ImportTally:
             f"read {self.lines:,} lines from {self.files} file(s);"
             f" wrote {self.written:,} requests to {out}",
             f"  with a recorded market price  {self.with_price:,}",
+            f"  header and blank lines        {self.headers + self.blank:,}",
             f"  sent out of recorded order    {self.late:,}"
             "  (time before an earlier line's: sent at that line's offset)",
             f"skipped {skipped:,}",
