@@ -22,6 +22,7 @@ import uvloop
 
 from bidder.adapters.campaign_store import StoreError
 from bidder.bidstream.generator import DUPLICATE_SHARE, generate, parse_ssp_boost
+from bidder.bidstream.importers.cli import add_commands as import_commands
 from bidder.bidstream.stream import StreamFormatError, StreamRecord, read_stream
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.campaigns import CampaignError
@@ -90,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _replay_parser(sub.add_parser("replay", help="replay a bidstream open-loop and report"))
     _gen_parser(sub.add_parser("gen", help="generate a realistic bidstream"))
+    import_commands(sub)
     _campaigns_parser(sub.add_parser("campaigns", help="check or load a campaign file"))
     stack = sub.add_parser("stack", help="run embedded Valkey + moto until Ctrl-C")
     stack.set_defaults(command=_cmd_stack)

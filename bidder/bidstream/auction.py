@@ -26,6 +26,14 @@ replaces the ``${AUCTION_PRICE}`` macro in the winner's ``nurl`` and ``burl``. O
 the plain macro is filled in: ``${AUCTION_PRICE:B64}`` and the other OpenRTB macros
 are left untouched (the bidder under test uses none of them).
 
+Recorded prices. A stream line imported from a log may carry the auction's recorded
+clearing price ``P`` (``market_price``, CPM). Then the recorded market decides instead of
+the model: a bid wins when it reaches the impression's floor and ``price > P`` (ties
+lose), and the winner pays ``P`` (second price) or its own bid (first price). ``P`` is
+what the auction cleared at, so it already carries the floor and the competition of
+that moment; it is paid as recorded, rounded to 6 decimals like any clearing price.
+The settlement says which model decided (``RECORDED`` or ``SYNTHETIC``).
+
 Determinism. ``Z`` is not drawn from a shared generator (responses arrive in a
 different order each run) but derived from a hash of (seed, request sequence number,
 impid, bid index). The same seed and schedule give the same outcome for the same bid,
@@ -43,6 +51,10 @@ from typing import Any
 import orjson
 
 PRICE_MACRO = "${AUCTION_PRICE}"
+SYNTHETIC = "synthetic"
+RECORDED = "recorded"
+MODELS = (SYNTHETIC, RECORDED)
+"""The exchange models a settlement can be decided by, in report order."""
 FIRST_PRICE = 1
 SECOND_PRICE = 2
 _STANDARD_NORMAL = NormalDist()
@@ -85,6 +97,8 @@ class Win:
 class Settlement:
     bids: int
     wins: list[Win]
+    model: str = SYNTHETIC
+    """Which market decided: ``SYNTHETIC`` (the model) or ``RECORDED`` (the log's price)."""
 
 
 def parse_terms(request_body: bytes) -> Terms | None:
@@ -117,6 +131,12 @@ def clearing_price(at: int, own: float, competitor: float, floor: float) -> floa
     return price if price <= own else round(price - 1e-6, 6)
 
 
+def recorded_clearing_price(at: int, own: float, recorded: float) -> float:
+    """What a bid of ``own`` that beat the recorded price pays; never more than ``own``."""
+    price = round(own if at == FIRST_PRICE else min(own, recorded), 6)
+    return price if price <= own else round(price - 1e-6, 6)
+
+
 def format_price(price: float) -> str:
     """CPM with up to 6 decimals, no trailing zeros: 1.5 -> '1.5', 2.0 -> '2'."""
     text = f"{price:.6f}".rstrip("0").rstrip(".")
@@ -127,27 +147,50 @@ def fill_price(url: str, price: float) -> str:
     return url.replace(PRICE_MACRO, format_price(price))
 
 
-def settle(market: Market, seq: int, request_body: bytes, response_body: bytes) -> Settlement:
-    """Run the auction for every bid in a 200 response to request number ``seq``."""
+def settle(
+    market: Market,
+    seq: int,
+    request_body: bytes,
+    response_body: bytes,
+    recorded_price: float | None = None,
+) -> Settlement:
+    """Run the auction for every bid in a 200 response to request number ``seq``.
+
+    With ``recorded_price`` (the stream line's ``market_price``) the recorded market
+    decides every bid of the request; without it, the synthetic model.
+    """
     bids = _bids(response_body)
     terms = parse_terms(request_body) if bids else None
     wins = []
     for index, bid in enumerate(bids):
-        win = _decide(market, terms, f"{seq}:{bid.get('impid')}:{index}", bid)
+        key = f"{seq}:{bid.get('impid')}:{index}"
+        win = _decide(market, terms, key, bid, recorded_price)
         if win is not None:
             wins.append(win)
-    return Settlement(bids=len(bids), wins=wins)
+    model = SYNTHETIC if recorded_price is None else RECORDED
+    return Settlement(bids=len(bids), wins=wins, model=model)
 
 
-def _decide(market: Market, terms: Terms | None, key: str, bid: dict[str, Any]) -> Win | None:
+def _decide(
+    market: Market,
+    terms: Terms | None,
+    key: str,
+    bid: dict[str, Any],
+    recorded: float | None,
+) -> Win | None:
     impid, own = str(bid.get("impid")), _number(bid.get("price"))
     if terms is None or impid not in terms.floors or own <= 0:
         return None
     floor = terms.floors[impid]
-    competitor = competing_bid(market, floor, key)
-    if own < floor or own <= competitor:
-        return None
-    price = clearing_price(terms.at, own, competitor, floor)
+    if recorded is not None:
+        if own < floor or own <= recorded:
+            return None
+        price = recorded_clearing_price(terms.at, own, recorded)
+    else:
+        competitor = competing_bid(market, floor, key)
+        if own < floor or own <= competitor:
+            return None
+        price = clearing_price(terms.at, own, competitor, floor)
     return Win(impid, own, price, _url(bid, "nurl", price), _url(bid, "burl", price))
 
 

@@ -11,6 +11,9 @@ Format (documented for users in docs/bidstream.md)::
 ``ssp``    the supply partner the request came through
 ``request`` the OpenRTB BidRequest object, or
 ``raw``    a body sent byte-for-byte as UTF-8 (deliberately malformed input)
+``market_price`` optional: the recorded clearing price of the auction, CPM in the
+           request's currency (imported logs); the replayer's exchange settles against it
+``click``  optional: whether the recorded impression was clicked (imported logs)
 
 A path ending in ``.gz`` is gzip-compressed. Writing is deterministic: sorted keys,
 gzip mtime 0, so the same records give the same bytes.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import math
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -41,10 +45,21 @@ class StreamRecord:
     ssp: str
     body: bytes
     """The exact HTTP body to send."""
+    market_price: float | None = None
+    """The recorded clearing price (CPM), when the line carries one."""
+    click: bool | None = None
+    """The recorded click, when the line carries one."""
 
 
 def encode_record(
-    t_ms: int, ts: int, ssp: str, request: Any = None, raw: str | None = None
+    t_ms: int,
+    ts: int,
+    ssp: str,
+    request: Any = None,
+    raw: str | None = None,
+    *,
+    market_price: float | None = None,
+    click: bool | None = None,
 ) -> bytes:
     """One stream line (with newline) for a request object or a raw body."""
     line: dict[str, Any] = {"t_ms": t_ms, "ts": ts, "ssp": ssp}
@@ -52,6 +67,10 @@ def encode_record(
         line["raw"] = raw
     else:
         line["request"] = request
+    if market_price is not None:
+        line["market_price"] = market_price
+    if click is not None:
+        line["click"] = click
     return orjson.dumps(line, option=orjson.OPT_SORT_KEYS) + b"\n"
 
 
@@ -114,7 +133,24 @@ def _decode_line(line: bytes, path: Path, lineno: int) -> StreamRecord:
         body = orjson.dumps(obj["request"])
     else:
         raise StreamFormatError(f"{where}: a line needs 'request' or 'raw'")
-    return StreamRecord(t_ms=t_ms, ts=ts, ssp=ssp, body=body)
+    price, click = obj.get("market_price"), obj.get("click")
+    if price is not None and not _is_price(price):
+        raise StreamFormatError(f"{where}: field 'market_price' must be a number >= 0 (CPM)")
+    if click is not None and not isinstance(click, bool):
+        raise StreamFormatError(f"{where}: field 'click' must be true or false")
+    return StreamRecord(
+        t_ms=t_ms,
+        ts=ts,
+        ssp=ssp,
+        body=body,
+        market_price=None if price is None else float(price),
+        click=click,
+    )
+
+
+def _is_price(value: Any) -> bool:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value >= 0
 
 
 def _open_read(path: Path) -> io.BufferedIOBase:

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 from bidder.bidstream.auction import Win
 from bidder.core.tasks import TaskSet
+from bidder.replay.auction_totals import AuctionTotals
 from bidder.replay.client import HttpPool, TransportError, split_url
 from bidder.replay.options import ReplayOptions
-from bidder.replay.report import AuctionTotals
 
 
 @dataclass(frozen=True, slots=True)

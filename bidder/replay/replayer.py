@@ -174,7 +174,7 @@ class _Replay:
         if measured:
             self._count_answer(response, intended_ns, record)
         if response.status == 200:
-            self._auction(seq, record.body, response.body, measured)
+            self._auction(seq, record, response.body, measured)
 
     def _count_send(self, intended_ns: int, sent_ns: int) -> None:
         result, lag_ns = self.result, sent_ns - intended_ns
@@ -208,13 +208,10 @@ class _Replay:
         record_latency(self.result.uncorrected, uncorrected_ns // 1000)
         return corrected_ns, uncorrected_ns
 
-    def _auction(self, seq: int, request: bytes, response: bytes, measured: bool) -> None:
-        settlement = settle(self._options.market, seq, request, response)
+    def _auction(self, seq: int, record: StreamRecord, response: bytes, measured: bool) -> None:
+        settlement = settle(self._options.market, seq, record.body, response, record.market_price)
         if measured:
-            totals = self.result.auction
-            totals.bids += settlement.bids
-            totals.wins += len(settlement.wins)
-            totals.spend_micros += sum(win.spend_micros for win in settlement.wins)
+            self.result.auction.count(settlement)
         if self._options.notices:
             for win in settlement.wins:
                 self._notices.send(win, measured)

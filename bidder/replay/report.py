@@ -29,6 +29,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from bidder.replay._duplicates import DuplicateTally
+from bidder.replay.auction_totals import AuctionTotals, auction_json
 
 LOWEST_US = 1
 HIGHEST_US = 60_000_000
@@ -45,16 +46,6 @@ def new_latency_histogram() -> HdrHistogram:
 def record_latency(histogram: HdrHistogram, micros: int) -> None:
     """Record, clamped to the histogram's range (out-of-range values would be dropped)."""
     histogram.record_value(min(max(micros, LOWEST_US), HIGHEST_US))
-
-
-@dataclass(slots=True)
-class AuctionTotals:
-    bids: int = 0
-    wins: int = 0
-    spend_micros: int = 0
-    notices_sent: int = 0
-    notices_ok: int = 0
-    notices_failed: int = 0
 
 
 @dataclass(slots=True)
@@ -195,7 +186,6 @@ def latency_ms(histogram: HdrHistogram) -> dict[str, Any]:
 
 def to_json(result: ReplayResult) -> dict[str, Any]:
     """The machine-readable summary; keys are stable (scripts and docs read them)."""
-    auction = result.auction
     return {
         "requests": result.requests,
         "warmup_requests": result.warmup_requests,
@@ -222,14 +212,7 @@ def to_json(result: ReplayResult) -> dict[str, Any]:
         "transport_errors": result.transport_errors,
         "late_sends": result.late_sends,
         "max_send_lag_ms": round(result.max_send_lag_ms, 3),
-        "auction": {
-            "bids": auction.bids,
-            "wins": auction.wins,
-            "spend_micros": auction.spend_micros,
-            "notices_sent": auction.notices_sent,
-            "notices_ok": auction.notices_ok,
-            "notices_failed": auction.notices_failed,
-        },
+        "auction": auction_json(result.auction),
         "ssps": {name: ssp_json(result.ssps[name]) for name in sorted(result.ssps)},
         "duplicate_auctions": result.duplicates.summary().to_dict(),
     }
@@ -337,6 +320,11 @@ def _auction(result: ReplayResult) -> str:
             f"  spend         ${a.spend_micros / 1_000_000:,.6f}  ({a.spend_micros:,} micros)",
             f"  notices       sent {a.notices_sent:,}"
             f"  ok {a.notices_ok:,}  failed {a.notices_failed:,}",
+            *(
+                f"  {name + ' model':<18}{m.auctions:,} auctions decided"
+                f"  wins {m.wins:,}  spend {m.spend_micros:,} micros"
+                for name, m in a.models.items()
+            ),
         ]
     )
 

@@ -1,0 +1,44 @@
+"""The replay report says which exchange model decided each auction."""
+
+from __future__ import annotations
+
+from bidder.bidstream.auction import RECORDED, SYNTHETIC, Settlement, Win
+from bidder.replay.report import ReplayResult, render_table, to_json
+
+
+def _win(price: float) -> Win:
+    return Win(impid="1", bid_price=1.0, price=price, nurl=None, burl=None)
+
+
+def _result() -> ReplayResult:
+    result = ReplayResult(deadline_ms=8.0)
+    result.auction.count(Settlement(bids=1, wins=[_win(0.5)], model=SYNTHETIC))
+    result.auction.count(Settlement(bids=1, wins=[_win(0.080645)], model=RECORDED))
+    result.auction.count(Settlement(bids=1, wins=[], model=RECORDED))
+    result.auction.count(Settlement(bids=0, wins=[], model=RECORDED))  # unreadable answer
+    return result
+
+
+def test_each_auction_counts_under_the_model_that_decided_it() -> None:
+    models = to_json(_result())["auction"]["models"]
+    assert models == {
+        "synthetic": {"auctions": 1, "wins": 1, "spend_micros": 500},
+        "recorded": {"auctions": 2, "wins": 1, "spend_micros": 81},
+    }
+
+
+def test_the_totals_are_the_sum_of_both_models() -> None:
+    auction = to_json(_result())["auction"]
+    assert (auction["bids"], auction["wins"], auction["spend_micros"]) == (3, 2, 581)
+
+
+def test_a_replay_without_auctions_reports_both_models_at_zero() -> None:
+    models = to_json(ReplayResult(deadline_ms=8.0))["auction"]["models"]
+    assert models == {name: {"auctions": 0, "wins": 0, "spend_micros": 0} for name in models}
+    assert set(models) == {"synthetic", "recorded"}
+
+
+def test_the_table_shows_both_models() -> None:
+    table = render_table(_result())
+    assert "synthetic model   1 auctions decided  wins 1  spend 500 micros" in table
+    assert "recorded model    2 auctions decided  wins 1  spend 81 micros" in table
