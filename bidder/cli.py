@@ -25,6 +25,7 @@ from bidder.bidstream.generator import DUPLICATE_SHARE, generate, parse_ssp_boos
 from bidder.bidstream.stream import StreamFormatError, StreamRecord, read_stream
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.campaigns import CampaignError
+from bidder.replay.campaign_outcomes import Budget, budgets_of
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
 from bidder.serve.cli_options import (
@@ -38,6 +39,7 @@ from bidder.stack.child import StackError, free_port
 from bidder.stack.local import LocalStack
 from models.cli import add_commands as model_commands
 from pacing.cli import add_commands as pacing_commands
+from pacing.curves import BUILTIN, load_curve_dir
 
 log = logging.getLogger("bidsim")
 
@@ -155,6 +157,7 @@ def _replay_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=float, default=0.0, metavar="S", help="exclude the first S s")
     p.add_argument("--timeout-ms", type=float, default=100.0, help="client timeout (tmax)")
     p.add_argument("--json", type=Path, metavar="OUT", help="also write the report as JSON")
+    p.add_argument("--html", type=Path, metavar="OUT", help="also write the report as HTML")
     p.add_argument("--no-progress", action="store_true")
     faults = p.add_argument_group("exchange notice faults")
     faults.add_argument(
@@ -170,6 +173,10 @@ def _replay_parser(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
+    for out in (args.json, args.html):
+        if out is not None and not out.parent.is_dir():
+            raise ValueError(f"no such directory for the report: {out.parent}")
+    settings = settings_from_args(args, 0, 0)
     options = ReplayOptions(
         speed=args.speed,
         rate=args.rate,
@@ -180,15 +187,26 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         duplicate_notices=args.duplicate_notices,
         reorder_notices=args.reorder_notices,
         notice_window_ms=args.notice_window_ms,
-        path_policy=settings_from_args(args, 0, 0).path_policy,
+        path_policy=settings.path_policy,
+        budgets=_budgets(settings),
     )
     records = list(read_stream(args.stream))
     if args.target:
         result = uvloop.run(replay(records, args.target, options, not args.no_progress))
     else:
         result = _replay_embedded(args, records, options)
-    _print_report(result, args.json)
+    _print_report(result, args.json, args.html)
     return 0
+
+
+def _budgets(settings: Settings) -> dict[str, Budget]:
+    """The campaign file's budgets and curves: what spend is measured against."""
+    if settings.campaigns_path is None:
+        return {}
+    named = dict(BUILTIN)
+    if settings.pacing_curves is not None:
+        named.update(load_curve_dir(settings.pacing_curves))
+    return budgets_of(load_campaign_file(settings.campaigns_path), named)
 
 
 def _replay_embedded(
@@ -206,11 +224,17 @@ def _replay_embedded(
         return uvloop.run(run())
 
 
-def _print_report(result: ReplayResult, json_out: Path | None) -> None:
+def _print_report(result: ReplayResult, json_out: Path | None, html_out: Path | None) -> None:
     print(render_table(result))
+    report = to_json(result)
     if json_out is not None:
-        json_out.write_bytes(orjson.dumps(to_json(result), option=orjson.OPT_INDENT_2))
+        json_out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
         print(f"report written to {json_out}")
+    if html_out is not None:
+        from bidder.replay.html import write_html  # matplotlib: only when asked for
+
+        write_html(report, html_out)
+        print(f"HTML report written to {html_out}")
 
 
 # --- gen, campaigns, stack -------------------------------------------------------------

@@ -18,6 +18,9 @@ Duplicate auctions (one auction sent through several SSPs, sharing ``source.tid`
 grouped by tid over the answered requests (``_duplicates``), with how many groups got
 more than one bid and how many were bid on their best-ranked path; the bids' own
 latency (``corrected_200``) is what a dedup hold costs.
+
+Per campaign (``campaign_outcomes``) and per second (``timeline``); docs/replay.md says
+where each figure comes from.
 """
 
 from __future__ import annotations
