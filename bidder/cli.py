@@ -16,6 +16,7 @@ import tempfile
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 import uvloop
@@ -26,6 +27,7 @@ from bidder.bidstream.stream import StreamFormatError, StreamRecord, read_stream
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.campaigns import CampaignError
 from bidder.replay.campaign_outcomes import Budget, budgets_of
+from bidder.replay.compare import DEFAULT_THRESHOLD, compare, render_comparison
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
 from bidder.serve.cli_options import (
@@ -93,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     _replay_parser(sub.add_parser("replay", help="replay a bidstream open-loop and report"))
     _gen_parser(sub.add_parser("gen", help="generate a realistic bidstream"))
     _campaigns_parser(sub.add_parser("campaigns", help="check or load a campaign file"))
+    _report_parser(sub.add_parser("report", help="work with saved replay reports"))
     stack = sub.add_parser("stack", help="run embedded Valkey + moto until Ctrl-C")
     stack.set_defaults(command=_cmd_stack)
     pacing_commands(sub)
@@ -235,6 +238,43 @@ def _print_report(result: ReplayResult, json_out: Path | None, html_out: Path | 
 
         write_html(report, html_out)
         print(f"HTML report written to {html_out}")
+
+
+def _report_parser(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(required=True, metavar="ACTION")
+    compare = sub.add_parser("compare", help="every figure's change between two JSON reports")
+    compare.add_argument("base", type=Path, help="the report to compare against")
+    compare.add_argument("new", type=Path)
+    compare.add_argument(
+        "--base-run", type=Path, action="append", default=[], metavar="JSON",
+        help="another run of the base build (repeatable): widens the noise by their spread",
+    )  # fmt: skip
+    compare.add_argument(
+        "--threshold", type=float, default=100 * DEFAULT_THRESHOLD, metavar="PCT",
+        help="a latency rise beyond noise and over PCT%% of the base exits 1 (default 10)",
+    )  # fmt: skip
+    compare.set_defaults(command=_cmd_report_compare)
+
+
+def _cmd_report_compare(args: argparse.Namespace) -> int:
+    if not args.threshold >= 0:
+        raise ValueError(f"--threshold must be a percentage >= 0, got {args.threshold}")
+    threshold = args.threshold / 100
+    base, new = _read_report(args.base), _read_report(args.new)
+    more = [_read_report(path) for path in args.base_run]
+    comparison = compare(base, new, threshold, more)
+    print(render_comparison(comparison, threshold))
+    return 1 if comparison.regressions else 0
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    try:
+        report = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from exc
+    if not isinstance(report, dict) or "latency_ms" not in report:
+        raise ValueError(f"{path}: not a replay report (bidsim replay --json)")
+    return report
 
 
 # --- gen, campaigns, stack -------------------------------------------------------------
