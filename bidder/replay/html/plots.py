@@ -69,7 +69,8 @@ def timeline(series: Mapping[str, Any]) -> str:
         ax.axvspan(0, series["warmup_s"], color="grey", alpha=0.15, label="warm-up")
     ax.set(xlabel="second of the replay", ylabel="per second")
     ax.set_title("Requests sent and answers received per second")
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
     return _svg(fig)
 
 

@@ -18,7 +18,7 @@ from bidder.replay.campaign_outcomes import budgets_of
 from bidder.replay.html import SECTIONS, write_html
 from bidder.replay.html.plots import percentile_curve
 from bidder.replay.replayer import replay
-from bidder.replay.report import new_latency_histogram, record_latency, to_json
+from bidder.replay.report import ReplayResult, new_latency_histogram, record_latency, to_json
 from tests.bidder.replay import headless
 from tests.bidder.replay.test_campaign_outcomes import KINDS, campaign
 from tests.bidder.replay.test_replayer import FakeBidder, options, records
@@ -70,6 +70,14 @@ def test_the_external_reference_check_catches_a_font_a_script_and_an_image() -> 
         '<image xlink:href="/a.png"/>',
     ):
         assert _EXTERNAL.search(snippet), snippet
+
+
+def test_a_replay_that_measured_nothing_still_renders_every_section(tmp_path: Path) -> None:
+    path = tmp_path / "empty.html"
+    write_html(to_json(ReplayResult(deadline_ms=8.0)), path)
+    html = path.read_text()
+    assert all(f'<section id="{key}">' in html for key, _ in SECTIONS)
+    assert "No 204 answers." in html
 
 
 def test_every_section_is_on_the_page_in_order(page: Path) -> None:
