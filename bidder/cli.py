@@ -176,9 +176,7 @@ def _replay_parser(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    for out in (args.json, args.html):
-        if out is not None and not out.parent.is_dir():
-            raise ValueError(f"no such directory for the report: {out.parent}")
+    _check_out_dirs(args.json, args.html)
     settings = settings_from_args(args, 0, 0)
     options = ReplayOptions(
         speed=args.speed,
@@ -200,6 +198,13 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         result = _replay_embedded(args, records, options)
     _print_report(result, args.json, args.html)
     return 0
+
+
+def _check_out_dirs(*outs: Path | None) -> None:
+    """Refuse a report path in a missing directory before the work, not after it."""
+    for out in outs:
+        if out is not None and not out.parent.is_dir():
+            raise ValueError(f"no such directory for the report: {out.parent}")
 
 
 def _budgets(settings: Settings) -> dict[str, Budget]:
@@ -253,10 +258,12 @@ def _report_parser(p: argparse.ArgumentParser) -> None:
         "--threshold", type=float, default=100 * DEFAULT_THRESHOLD, metavar="PCT",
         help="a latency rise beyond noise and over PCT%% of the base exits 1 (default 10)",
     )  # fmt: skip
+    compare.add_argument("--html", type=Path, metavar="OUT", help="also write it as HTML")
     compare.set_defaults(command=_cmd_report_compare)
 
 
 def _cmd_report_compare(args: argparse.Namespace) -> int:
+    _check_out_dirs(args.html)
     if not args.threshold >= 0:
         raise ValueError(f"--threshold must be a percentage >= 0, got {args.threshold}")
     threshold = args.threshold / 100
@@ -264,6 +271,11 @@ def _cmd_report_compare(args: argparse.Namespace) -> int:
     more = [_read_report(path) for path in args.base_run]
     comparison = compare(base, new, threshold, more)
     print(render_comparison(comparison, threshold))
+    if args.html is not None:
+        from bidder.replay.html import write_compare_html  # matplotlib: only when asked for
+
+        write_compare_html(base, new, comparison, threshold, args.html)
+        print(f"HTML comparison written to {args.html}")
     return 1 if comparison.regressions else 0
 
 

@@ -48,14 +48,19 @@ def render_page(report: Mapping[str, Any], title: str = "bidsim replay") -> str:
         "campaigns": _campaigns(report, plots),
         "duplicates": _duplicates(report),
     }
-    sections = "\n".join(
-        f'<section id="{key}">\n<h2>{escape(heading)}</h2>\n{bodies[key]}\n</section>'
-        for key, heading in SECTIONS
+    return document(title, [(key, heading, bodies[key]) for key, heading in SECTIONS])
+
+
+def document(title: str, sections: Iterable[tuple[str, str, str]]) -> str:
+    """The page around its sections, each (element id, heading, HTML body)."""
+    body = "\n".join(
+        f'<section id="{key}">\n<h2>{escape(heading)}</h2>\n{html}\n</section>'
+        for key, heading, html in sections
     )
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{escape(title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n"
-        f"<h1>{escape(title)}</h1>\n{sections}\n</body>\n</html>\n"
+        f"<h1>{escape(title)}</h1>\n{body}\n</body>\n</html>\n"
     )
 
 
@@ -97,7 +102,7 @@ def _latency(report: Mapping[str, Any], plots: Any) -> str:
     )
     return (
         plots.latency_percentiles(histograms, report["deadline_ms"])
-        + _table(["ms", *histograms], rows)
+        + table(["ms", *histograms], rows)
         + note
     )
 
@@ -108,7 +113,7 @@ def _no_bids(report: Mapping[str, Any], plots: Any) -> str:
         return '<p class="note">No 204 answers.</p>'
     total = sum(reasons.values())
     rows = [[name, f"{n:,}", f"{n / total:.2%}"] for name, n in reasons.items()]
-    return plots.no_bid_reasons(reasons) + _table(["reason", "204s", "share"], rows)
+    return plots.no_bid_reasons(reasons) + table(["reason", "204s", "share"], rows)
 
 
 def _ssps(ssps: Mapping[str, Mapping[str, Any]]) -> str:
@@ -126,7 +131,7 @@ def _ssps(ssps: Mapping[str, Mapping[str, Any]]) -> str:
         for name, s in ssps.items()
     ]
     head = ["SSP", "requests", "204s", "throttled", "timeouts", "p50 ms", "p99 ms", "204 p99 ms"]
-    return _table(head, rows)
+    return table(head, rows)
 
 
 def _campaigns(report: Mapping[str, Any], plots: Any) -> str:
@@ -149,7 +154,7 @@ def _campaigns(report: Mapping[str, Any], plots: Any) -> str:
             "eCPM", "avg bid CPM"]  # fmt: skip
     sources = _pairs(report["campaign_sources"].items())
     return (
-        _table(head, rows)
+        table(head, rows)
         + '<p class="note">Where each figure comes from:</p>'
         + sources
         + plots.spend_curves(campaigns)
@@ -166,16 +171,16 @@ def _duplicates(report: Mapping[str, Any]) -> str:
             ("bids that did not", "corrected_200_not_held"),
         )
     ]
-    return _pairs(report["duplicate_auctions"].items()) + _table(
+    return _pairs(report["duplicate_auctions"].items()) + table(
         ["bid latency (corrected)", "p50 ms", "p99 ms"], rows
     )
 
 
 def _pairs(items: Iterable[tuple[str, object]]) -> str:
-    return _table([], [[str(k).replace("_", " "), str(v)] for k, v in items])
+    return table([], [[str(k).replace("_", " "), str(v)] for k, v in items])
 
 
-def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+def table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     header = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>" if head else ""
     body = "".join(
         "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows

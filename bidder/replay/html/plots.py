@@ -38,7 +38,11 @@ def percentile_curve(histogram: HdrHistogram) -> tuple[list[float], list[float]]
     return xs, ys
 
 
-def latency_percentiles(histograms: Mapping[str, HdrHistogram], deadline_ms: float) -> str:
+def latency_percentiles(
+    histograms: Mapping[str, HdrHistogram],
+    deadline_ms: float,
+    title: str = "Latency by percentile: corrected (from the intended send) vs uncorrected",
+) -> str:
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for name, histogram in histograms.items():
         xs, ys = percentile_curve(histogram)
@@ -50,7 +54,7 @@ def latency_percentiles(histograms: Mapping[str, HdrHistogram], deadline_ms: flo
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([_percentile_label(t) for t in ticks])
     ax.set(xlabel="percentile (log scale of 1/(1-p))", ylabel="latency (ms)")
-    ax.set_title("Latency by percentile: corrected (from the intended send) vs uncorrected")
+    ax.set_title(title)
     ax.legend()
     return _svg(fig)
 

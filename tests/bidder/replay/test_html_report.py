@@ -8,19 +8,22 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import pytest_asyncio
 from hdrh.histogram import HdrHistogram
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bidder.cli import main
 from bidder.replay.campaign_outcomes import budgets_of
-from bidder.replay.html import SECTIONS, write_html
+from bidder.replay.html import COMPARE_SECTIONS, SECTIONS, write_html
 from bidder.replay.html.plots import percentile_curve
 from bidder.replay.replayer import replay
 from bidder.replay.report import ReplayResult, new_latency_histogram, record_latency, to_json
 from tests.bidder.replay import headless
 from tests.bidder.replay.test_campaign_outcomes import KINDS, campaign
+from tests.bidder.replay.test_compare import recorded_report
 from tests.bidder.replay.test_replayer import FakeBidder, options, records
 
 needs_chromium = pytest.mark.skipif(
@@ -99,6 +102,22 @@ async def test_chromium_shows_every_section_and_loads_nothing_else(
     for key in ("latency", "timeline", "no-bids", "campaigns"):
         assert shown[key]["svgs"] == 1, key
     assert shown["campaigns"]["rows"] > 3  # a header and a row per campaign, at least
+
+
+@needs_chromium
+@pytest.mark.asyncio
+async def test_chromium_shows_the_comparison_page_and_loads_nothing_else(tmp_path: Path) -> None:
+    base, new, out = tmp_path / "base.json", tmp_path / "new.json", tmp_path / "compare.html"
+    base.write_bytes(orjson.dumps(recorded_report(1)))
+    new.write_bytes(orjson.dumps(recorded_report(2, slowdown=1.3)))
+    assert main(["report", "compare", str(base), str(new), "--html", str(out)]) == 1
+    assert _EXTERNAL.findall(out.read_text()) == []
+    loaded = await headless.load(out, tmp_path / "profile")
+    assert (loaded.requested, loaded.failed) == ([out.as_uri()], [])
+    assert [(s["id"], s["heading"]) for s in loaded.sections] == list(COMPARE_SECTIONS)
+    shown = {s["id"]: s for s in loaded.sections}
+    assert shown["latency"]["svgs"] == 1
+    assert shown["figures"]["rows"] > 20
 
 
 @needs_chromium
