@@ -48,18 +48,23 @@ async def load(page: Path, profile_dir: Path) -> PageLoad:
         "--host-resolver-rules=MAP * ~NOTFOUND", "about:blank",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
+    assert browser.stderr is not None
+    drain: asyncio.Task[bytes] | None = None
     try:
-        port = await _devtools_port(browser)
+        port = await _devtools_port(browser.stderr)
+        # Keep reading its log, or a full pipe would block the browser.
+        drain = asyncio.create_task(browser.stderr.read())
         async with aiohttp.ClientSession() as session:
             return await _open(session, port, page.as_uri())
     finally:
         browser.terminate()
         await browser.wait()
+        if drain is not None:
+            await drain
 
 
-async def _devtools_port(browser: asyncio.subprocess.Process) -> int:
-    assert browser.stderr is not None
-    async for line in browser.stderr:
+async def _devtools_port(log: asyncio.StreamReader) -> int:
+    async for line in log:
         found = _LISTENING.search(line)
         if found:
             return int(found.group(1))
