@@ -16,7 +16,8 @@ STAMP := $(VENV)/.installed-$(PYVER)
 .PHONY: demo test lint venv clean
 
 demo: $(STAMP)
-	$(BIN)/bidsim replay fixtures/openrtb/sample-stream.jsonl.gz --warmup 2 --json demo-report.json
+	$(BIN)/bidsim replay fixtures/openrtb/sample-stream.jsonl.gz --warmup 2 --json demo-report.json \
+		--html demo-report.html
 
 test: $(STAMP) lint
 	@# pytest exits 5 when it collected no test: that is a failure here, not a pass.
@@ -44,4 +45,4 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 clean:
-	rm -rf $(VENV) demo-report.json
+	rm -rf $(VENV) demo-report.json demo-report.html

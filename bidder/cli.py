@@ -16,6 +16,7 @@ import tempfile
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 import uvloop
@@ -26,6 +27,8 @@ from bidder.bidstream.importers.cli import add_commands as import_commands
 from bidder.bidstream.stream import StreamFormatError, StreamRecord, read_stream
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.campaigns import CampaignError
+from bidder.replay.campaign_outcomes import Budget, budgets_of
+from bidder.replay.compare import DEFAULT_THRESHOLD, compare, render_comparison
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
 from bidder.serve.cli_options import (
@@ -39,6 +42,7 @@ from bidder.stack.child import StackError, free_port, held_port
 from bidder.stack.local import LocalStack
 from models.cli import add_commands as model_commands
 from pacing.cli import add_commands as pacing_commands
+from pacing.curves import BUILTIN, load_curve_dir
 
 log = logging.getLogger("bidsim")
 
@@ -93,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     _gen_parser(sub.add_parser("gen", help="generate a realistic bidstream"))
     import_commands(sub)
     _campaigns_parser(sub.add_parser("campaigns", help="check or load a campaign file"))
+    _report_parser(sub.add_parser("report", help="work with saved replay reports"))
     stack = sub.add_parser("stack", help="run embedded Valkey + moto until Ctrl-C")
     stack.set_defaults(command=_cmd_stack)
     pacing_commands(sub)
@@ -157,6 +162,7 @@ def _replay_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=float, default=0.0, metavar="S", help="exclude the first S s")
     p.add_argument("--timeout-ms", type=float, default=100.0, help="client timeout (tmax)")
     p.add_argument("--json", type=Path, metavar="OUT", help="also write the report as JSON")
+    p.add_argument("--html", type=Path, metavar="OUT", help="also write the report as HTML")
     p.add_argument("--no-progress", action="store_true")
     faults = p.add_argument_group("exchange notice faults")
     faults.add_argument(
@@ -172,6 +178,8 @@ def _replay_parser(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
+    _check_out_dirs(args.json, args.html)
+    settings = settings_from_args(args, 0, 0)
     options = ReplayOptions(
         speed=args.speed,
         rate=args.rate,
@@ -182,15 +190,33 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         duplicate_notices=args.duplicate_notices,
         reorder_notices=args.reorder_notices,
         notice_window_ms=args.notice_window_ms,
-        path_policy=settings_from_args(args, 0, 0).path_policy,
+        path_policy=settings.path_policy,
+        budgets=_budgets(settings),
     )
     records = list(read_stream(args.stream))
     if args.target:
         result = uvloop.run(replay(records, args.target, options, not args.no_progress))
     else:
         result = _replay_embedded(args, records, options)
-    _print_report(result, args.json)
+    _print_report(result, args.json, args.html)
     return 0
+
+
+def _check_out_dirs(*outs: Path | None) -> None:
+    """Refuse a report path in a missing directory before the work, not after it."""
+    for out in outs:
+        if out is not None and not out.parent.is_dir():
+            raise ValueError(f"no such directory for the report: {out.parent}")
+
+
+def _budgets(settings: Settings) -> dict[str, Budget]:
+    """The campaign file's budgets and curves: what spend is measured against."""
+    if settings.campaigns_path is None:
+        return {}
+    named = dict(BUILTIN)
+    if settings.pacing_curves is not None:
+        named.update(load_curve_dir(settings.pacing_curves))
+    return budgets_of(load_campaign_file(settings.campaigns_path), named)
 
 
 def _replay_embedded(
@@ -208,11 +234,61 @@ def _replay_embedded(
         return uvloop.run(run())
 
 
-def _print_report(result: ReplayResult, json_out: Path | None) -> None:
+def _print_report(result: ReplayResult, json_out: Path | None, html_out: Path | None) -> None:
     print(render_table(result))
+    report = to_json(result)
     if json_out is not None:
-        json_out.write_bytes(orjson.dumps(to_json(result), option=orjson.OPT_INDENT_2))
+        json_out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
         print(f"report written to {json_out}")
+    if html_out is not None:
+        from bidder.replay.html import write_html  # matplotlib: only when asked for
+
+        write_html(report, html_out)
+        print(f"HTML report written to {html_out}")
+
+
+def _report_parser(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(required=True, metavar="ACTION")
+    compare = sub.add_parser("compare", help="every figure's change between two JSON reports")
+    compare.add_argument("base", type=Path, help="the report to compare against")
+    compare.add_argument("new", type=Path)
+    compare.add_argument(
+        "--base-run", type=Path, action="append", default=[], metavar="JSON",
+        help="another run of the base build (repeatable): widens the noise by their spread",
+    )  # fmt: skip
+    compare.add_argument(
+        "--threshold", type=float, default=100 * DEFAULT_THRESHOLD, metavar="PCT",
+        help="a latency rise beyond noise and over PCT%% of the base exits 1 (default 10)",
+    )  # fmt: skip
+    compare.add_argument("--html", type=Path, metavar="OUT", help="also write it as HTML")
+    compare.set_defaults(command=_cmd_report_compare)
+
+
+def _cmd_report_compare(args: argparse.Namespace) -> int:
+    _check_out_dirs(args.html)
+    if not args.threshold >= 0:
+        raise ValueError(f"--threshold must be a percentage >= 0, got {args.threshold}")
+    threshold = args.threshold / 100
+    base, new = _read_report(args.base), _read_report(args.new)
+    more = [_read_report(path) for path in args.base_run]
+    comparison = compare(base, new, threshold, more)
+    print(render_comparison(comparison, threshold))
+    if args.html is not None:
+        from bidder.replay.html import write_compare_html  # matplotlib: only when asked for
+
+        write_compare_html(base, new, comparison, threshold, args.html)
+        print(f"HTML comparison written to {args.html}")
+    return 1 if comparison.regressions else 0
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    try:
+        report = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from exc
+    if not isinstance(report, dict) or "latency_ms" not in report:
+        raise ValueError(f"{path}: not a replay report (bidsim replay --json)")
+    return report
 
 
 # --- gen, campaigns, stack -------------------------------------------------------------

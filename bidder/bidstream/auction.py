@@ -86,6 +86,8 @@ class Win:
     """Clearing price, CPM, at most 6 decimals and never above ``bid_price``."""
     nurl: str | None
     burl: str | None
+    cid: str = ""
+    """The bid's campaign id (``Bid.cid``); empty when the bid names none."""
 
     @property
     def spend_micros(self) -> int:
@@ -94,11 +96,21 @@ class Win:
 
 
 @dataclass(frozen=True, slots=True)
+class Offer:
+    """One bid as the exchange saw it: its campaign id (empty when none) and CPM."""
+
+    cid: str
+    price: float
+
+
+@dataclass(frozen=True, slots=True)
 class Settlement:
     bids: int
     wins: list[Win]
     model: str = SYNTHETIC
     """Which market decided: ``SYNTHETIC`` (the model) or ``RECORDED`` (the log's price)."""
+    offers: tuple[Offer, ...] = ()
+    """Every bid of the response, in its order (``bids`` of them)."""
 
 
 def parse_terms(request_body: bytes) -> Terms | None:
@@ -168,7 +180,8 @@ def settle(
         if win is not None:
             wins.append(win)
     model = SYNTHETIC if recorded_price is None else RECORDED
-    return Settlement(bids=len(bids), wins=wins, model=model)
+    offers = tuple(Offer(_cid(bid), _number(bid.get("price"))) for bid in bids)
+    return Settlement(bids=len(bids), wins=wins, model=model, offers=offers)
 
 
 def _decide(
@@ -191,7 +204,7 @@ def _decide(
         if own < floor or own <= competitor:
             return None
         price = clearing_price(terms.at, own, competitor, floor)
-    return Win(impid, own, price, _url(bid, "nurl", price), _url(bid, "burl", price))
+    return Win(impid, own, price, _url(bid, "nurl", price), _url(bid, "burl", price), _cid(bid))
 
 
 def _bids(response_body: bytes) -> list[dict[str, Any]]:
@@ -213,6 +226,11 @@ def _bids(response_body: bytes) -> list[dict[str, Any]]:
 def _url(bid: dict[str, Any], field: str, price: float) -> str | None:
     url = bid.get(field)
     return fill_price(url, price) if isinstance(url, str) and url else None
+
+
+def _cid(bid: dict[str, Any]) -> str:
+    cid = bid.get("cid")
+    return cid if isinstance(cid, str) else ""
 
 
 def _number(value: Any) -> float:

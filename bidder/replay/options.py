@@ -6,9 +6,11 @@ before the replay starts, not in the middle of it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bidder.bidstream.auction import Market
+from bidder.replay.campaign_outcomes import Budget
 from bidder.replay.schedule import Pacing
 from bidder.supply.path import DEFAULT_POLICY, PathPolicy
 
@@ -36,6 +38,8 @@ class ReplayOptions:
     """The reordering window; late duplicates go 1-1.5 windows after their win's start."""
     path_policy: PathPolicy = DEFAULT_POLICY
     """The bidder's supply-path preferences: ranks copies in the duplicate-auctions report."""
+    budgets: Mapping[str, Budget] = field(default_factory=dict)
+    """The campaigns' budgets and curves, by id: spend against budget and target."""
 
     def __post_init__(self) -> None:
         positive = (

@@ -45,6 +45,7 @@ from bidder.bidstream.auction import settle
 from bidder.bidstream.stream import StreamRecord
 from bidder.core.tasks import TaskSet
 from bidder.replay._duplicates import DuplicateTally
+from bidder.replay.campaign_outcomes import CampaignOutcomes
 from bidder.replay.client import HttpPool, RequestTemplate, Response, TransportError, split_url
 from bidder.replay.notices import NoticeSender
 from bidder.replay.options import ReplayOptions
@@ -94,15 +95,19 @@ class _Replay:
         self._templates: dict[str, RequestTemplate] = {}
         self._inflight = TaskSet()
         self.result = ReplayResult(
-            deadline_ms=options.deadline_ms, duplicates=DuplicateTally(options.path_policy)
+            deadline_ms=options.deadline_ms,
+            duplicates=DuplicateTally(options.path_policy),
+            campaigns=CampaignOutcomes(dict(options.budgets)),
+            warmup_s=options.warmup_s,
         )
         self._notices = NoticeSender(options, self.result.auction)
         self._deadline_ns = round(options.deadline_ms * 1_000_000)
-        self._first_send_ns = self._last_send_ns = self._unyielded = 0
+        self._first_send_ns = self._last_send_ns = self._unyielded = self._start_ns = 0
         self.error: BaseException | None = None
 
     async def send_all(self, scheduled: Iterator[Scheduled], bar: tqdm[Any]) -> None:
         start_ns, warmup_ns, seq = time.perf_counter_ns(), round(self._options.warmup_s * 1e9), -1
+        self._start_ns = start_ns
         for seq, (offset_s, record) in enumerate(scheduled):
             offset_ns = round(offset_s * 1e9)
             raw = self._template(record.ssp).build(record.body)
@@ -154,23 +159,29 @@ class _Replay:
         self, seq: int, record: StreamRecord, raw: bytes, intended_ns: int, *, measured: bool
     ) -> None:
         loop, started_ns = asyncio.get_running_loop(), time.perf_counter_ns()
+        timeline = self.result.timeline
+        timeline.add("sent", intended_ns - self._start_ns)
         if measured:
             self._count_send(intended_ns, started_ns)
             self.result.ssp(record.ssp).requests += 1
+            self.result.campaigns.see(record.ts)
         else:
             self.result.warmup_requests += 1
         try:
             response = await self._pool.send(raw, loop.time() + self._options.timeout_ms / 1000)
         except TimeoutError:
+            timeline.add("timeouts", time.perf_counter_ns() - self._start_ns)
             if measured:
                 self.result.timeouts += 1
                 corrected_ns, _ = self._record(intended_ns, started_ns, time.perf_counter_ns())
                 self.result.ssp(record.ssp).count_timeout(corrected_ns // 1000)
             return
         except TransportError:
+            timeline.add("errors", time.perf_counter_ns() - self._start_ns)
             if measured:
                 self.result.transport_errors += 1
             return
+        timeline.add_answer(response.status, response.arrived_ns - self._start_ns)
         if measured:
             self._count_answer(response, intended_ns, record)
         if response.status == 200:
@@ -212,6 +223,7 @@ class _Replay:
         settlement = settle(self._options.market, seq, record.body, response, record.market_price)
         if measured:
             self.result.auction.count(settlement)
+            self.result.campaigns.count(settlement, record.ts)
         if self._options.notices:
             for win in settlement.wins:
                 self._notices.send(win, measured)

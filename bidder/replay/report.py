@@ -18,6 +18,9 @@ Duplicate auctions (one auction sent through several SSPs, sharing ``source.tid`
 grouped by tid over the answered requests (``_duplicates``), with how many groups got
 more than one bid and how many were bid on their best-ranked path; the bids' own
 latency (``corrected_200``) is what a dedup hold costs.
+
+Per campaign (``campaign_outcomes``) and per second (``timeline``); docs/replay.md says
+where each figure comes from.
 """
 
 from __future__ import annotations
@@ -30,6 +33,13 @@ from hdrh.histogram import HdrHistogram
 
 from bidder.replay._duplicates import DuplicateTally
 from bidder.replay.auction_totals import AuctionTotals, auction_json
+from bidder.replay.campaign_outcomes import (
+    SOURCES,
+    CampaignOutcomes,
+    outcomes_json,
+    render_campaigns,
+)
+from bidder.replay.timeline import Timeline, timeline_json
 
 LOWEST_US = 1
 HIGHEST_US = 60_000_000
@@ -117,6 +127,10 @@ class ReplayResult:
     """The other bids."""
     duplicates: DuplicateTally = field(default_factory=DuplicateTally)
     """Auctions sent through several SSPs (give it the bidder's ``PathPolicy``)."""
+    campaigns: CampaignOutcomes = field(default_factory=CampaignOutcomes)
+    """Per campaign (give it the campaigns' budgets to get budget and target figures)."""
+    timeline: Timeline = field(default_factory=Timeline)
+    warmup_s: float = 0.0
 
     def count_copy(
         self,
@@ -215,6 +229,12 @@ def to_json(result: ReplayResult) -> dict[str, Any]:
         "auction": auction_json(result.auction),
         "ssps": {name: ssp_json(result.ssps[name]) for name in sorted(result.ssps)},
         "duplicate_auctions": result.duplicates.summary().to_dict(),
+        "campaigns": outcomes_json(result.campaigns),
+        "campaign_sources": SOURCES,
+        "timeline": timeline_json(result.timeline, result.warmup_s),
+        "latency_histograms": {
+            name: getattr(result, name).encode().decode() for name in ("corrected", "uncorrected")
+        },
     }
 
 
@@ -241,6 +261,7 @@ def render_table(result: ReplayResult) -> str:
         _latency(result),
         _per_ssp(result),
         _auction(result),
+        render_campaigns(outcomes_json(result.campaigns), result.nbr_reasons["capped"]),
         _duplicate_auctions(result),
     ]
     return "\n\n".join(sections) + "\n"

@@ -88,13 +88,13 @@ def test_gen_refuses_a_non_positive_count(
 
 
 def test_the_main_job_replays_a_stream_through_the_full_stack(tmp_path: Path) -> None:
-    stream, report = tmp_path / "s.jsonl.gz", tmp_path / "report.json"
+    stream, report, page = tmp_path / "s.jsonl.gz", tmp_path / "report.json", tmp_path / "r.html"
     assert (
         main(["gen", "--out", str(stream), "--requests", "600", "--seed", "3", "--rate", "300"])
         == 0
     )
     done = subprocess.run(
-        [str(BIDSIM), "replay", str(stream), "--json", str(report), "--no-progress"],
+        [BIDSIM, "replay", stream, "--json", report, "--html", page, "--no-progress"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -106,3 +106,18 @@ def test_the_main_job_replays_a_stream_through_the_full_stack(tmp_path: Path) ->
     assert result["status"]["200"] > 0 and result["status"]["204"] > 0
     assert result["auction"]["wins"] > 0
     assert "p99" in done.stdout
+    for figure in ("bids", "wins", "spend_micros"):
+        per_campaign = sum(c[figure] for c in result["campaigns"].values())
+        assert per_campaign == result["auction"][figure]
+    assert f"HTML report written to {page}" in done.stdout
+    assert '<section id="campaigns">' in page.read_text()
+
+
+def test_a_report_into_a_missing_directory_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    stream = tmp_path / "s.jsonl"
+    stream.write_text("")
+    out = str(tmp_path / "nowhere" / "r.html")
+    code, err = _run(capsys, "replay", str(stream), "--target", "http://127.0.0.1:9", "--html", out)
+    assert code == 2 and "nowhere" in err and "Traceback" not in err

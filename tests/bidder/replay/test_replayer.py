@@ -24,7 +24,8 @@ FIXED_MARKET = Market(seed=1, median_multiple=1.0, sigma=0.0)
 
 
 class FakeBidder:
-    """Behaviour chosen by the X-Ssp header: bid, nobid-<reason>, hold, slow, boom."""
+    """Behaviour chosen by the X-Ssp header: bid, bid-<campaign id> (bid- alone: a bid
+    naming no campaign), nobid-<reason>, hold, slow, boom."""
 
     def __init__(self) -> None:
         self.url = ""
@@ -52,9 +53,10 @@ class FakeBidder:
         return response
 
     async def _answer(self, ssp: str, request_id: str, host: str) -> web.Response:
-        if ssp == "bid":
+        if ssp == "bid" or ssp.startswith("bid-"):
+            cid = ssp[4:] if ssp.startswith("bid-") else "k1"
             return web.Response(
-                body=bid_response(request_id, host), content_type="application/json"
+                body=bid_response(request_id, host, cid), content_type="application/json"
             )
         if ssp.startswith("nobid-"):
             return web.Response(status=204, headers={"X-Nbr-Reason": ssp[6:], "X-Nbr": "0"})
@@ -73,16 +75,11 @@ class FakeBidder:
         return web.Response(text="ok")
 
 
-def bid_response(request_id: str, host: str) -> bytes:
+def bid_response(request_id: str, host: str, cid: str = "k1") -> bytes:
     bid_id = f"bid-{request_id}"
-    bid = {
-        "id": bid_id,
-        "impid": "1",
-        "price": 5.0,
-        "crid": "c1",
-        "cid": "k1",
-        "adomain": ["a.com"],
-    }
+    bid = {"id": bid_id, "impid": "1", "price": 5.0, "crid": "c1", "adomain": ["a.com"]}
+    if cid:
+        bid["cid"] = cid
     for field, kind in (("nurl", "win"), ("burl", "bill")):
         bid[field] = f"http://{host}/notice/{kind}?bid={bid_id}&price=${{AUCTION_PRICE}}"
     return orjson.dumps({"id": request_id, "cur": "USD", "seatbid": [{"seat": "s", "bid": [bid]}]})

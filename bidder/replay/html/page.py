@@ -1,0 +1,196 @@
+"""The HTML report: one self-contained page built from a replay's JSON report.
+
+Everything the page shows is inline: the plots are SVG elements (``plots``), the style
+is one ``<style>`` block, and there is no script. Nothing is fetched when it opens, so
+it reads the same offline, from a CI artefact or from a mail attachment. Built from the
+JSON report (``bidder.replay.report.to_json``), not from the live result, so a saved
+report can be rendered again and the replay's send path never waits for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from html import escape
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+SECTIONS = (
+    ("summary", "Summary"),
+    ("latency", "Latency percentiles"),
+    ("timeline", "Requests and answers per second"),
+    ("no-bids", "No-bid reasons"),
+    ("ssps", "Per SSP"),
+    ("campaigns", "Per campaign"),
+    ("duplicates", "Duplicate auctions"),
+)
+"""(element id, heading) of every section, in page order."""
+
+_STYLE = """
+body { font-family: sans-serif; margin: 2em auto; max-width: 1000px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; }
+th, td { padding: 0.2em 0.7em; border-bottom: 1px solid #ddd; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+svg { max-width: 100%; height: auto; }
+.note { color: #555; font-size: 0.9em; }
+"""
+
+
+def render_page(report: Mapping[str, Any], title: str = "bidsim replay") -> str:
+    from bidder.replay.html import plots  # matplotlib: only when a page is rendered
+
+    bodies = {
+        "summary": _summary(report),
+        "latency": _latency(report, plots),
+        "timeline": plots.timeline(report["timeline"]),
+        "no-bids": _no_bids(report, plots),
+        "ssps": _ssps(report["ssps"]),
+        "campaigns": _campaigns(report, plots),
+        "duplicates": _duplicates(report),
+    }
+    return document(title, [(key, heading, bodies[key]) for key, heading in SECTIONS])
+
+
+def document(title: str, sections: Iterable[tuple[str, str, str]]) -> str:
+    """The page around its sections, each (element id, heading, HTML body)."""
+    body = "\n".join(
+        f'<section id="{key}">\n<h2>{escape(heading)}</h2>\n{html}\n</section>'
+        for key, heading, html in sections
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{escape(title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n"
+        f"<h1>{escape(title)}</h1>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def _summary(report: Mapping[str, Any]) -> str:
+    corrected = report["latency_ms"]["corrected"]
+    auction = report["auction"]
+    return _pairs(
+        [
+            ("requests (measured)", f"{report['requests']:,}"),
+            ("warm-up requests", f"{report['warmup_requests']:,}"),
+            ("achieved rate (req/s)", f"{report['rate_rps']:,.1f}"),
+            ("p50 / p99 / max (ms, corrected)", _ms(corrected, "p50", "p99", "max")),
+            (
+                f"within the {report['deadline_ms']:g} ms deadline",
+                f"{report['within_deadline_share']:.2%}",
+            ),
+            (
+                "timeouts / transport errors",
+                f"{report['timeouts']:,} / {report['transport_errors']:,}",
+            ),
+            ("bids / wins", f"{auction['bids']:,} / {auction['wins']:,}"),
+            ("spend (USD)", f"{auction['spend_micros'] / 1_000_000:,.6f}"),
+        ]
+    )
+
+
+def _latency(report: Mapping[str, Any], plots: Any) -> str:
+    histograms = {
+        name: HdrHistogram.decode(encoded) for name, encoded in report["latency_histograms"].items()
+    }
+    rows = [
+        [name.replace("_", "."), *(f"{report['latency_ms'][k][name]:.3f}" for k in histograms)]
+        for name in ("p50", "p90", "p99", "p99_9", "max")
+    ]
+    note = (
+        ""
+        if report["p99_9_reliable"]
+        else ('<p class="note">p99.9 from fewer than 100,000 samples: unreliable.</p>')
+    )
+    return (
+        plots.latency_percentiles(histograms, report["deadline_ms"])
+        + table(["ms", *histograms], rows)
+        + note
+    )
+
+
+def _no_bids(report: Mapping[str, Any], plots: Any) -> str:
+    reasons = report["nbr_reasons"]
+    if not reasons:
+        return '<p class="note">No 204 answers.</p>'
+    total = sum(reasons.values())
+    rows = [[name, f"{n:,}", f"{n / total:.2%}"] for name, n in reasons.items()]
+    return plots.no_bid_reasons(reasons) + table(["reason", "204s", "share"], rows)
+
+
+def _ssps(ssps: Mapping[str, Mapping[str, Any]]) -> str:
+    rows = [
+        [
+            name,
+            f"{s['requests']:,}",
+            f"{s['no_bid_share']:.2%}",
+            f"{s['throttled']:,}",
+            f"{s['timeouts']:,}",
+            _ms(s["latency_ms"]["corrected"], "p50"),
+            _ms(s["latency_ms"]["corrected"], "p99"),
+            _ms(s["latency_ms"]["corrected_204"], "p99"),
+        ]
+        for name, s in ssps.items()
+    ]
+    head = ["SSP", "requests", "204s", "throttled", "timeouts", "p50 ms", "p99 ms", "204 p99 ms"]
+    return table(head, rows)
+
+
+def _campaigns(report: Mapping[str, Any], plots: Any) -> str:
+    campaigns = report["campaigns"]
+    rows = [
+        [
+            name,
+            f"{c['bids']:,}",
+            f"{c['wins']:,}",
+            f"{c['win_rate']:.2%}",
+            f"{c['spend_micros'] / 1_000_000:,.6f}",
+            _share(c["spend_share_of_budget"]),
+            _share(c["spend_vs_target"]),
+            f"{c['ecpm_usd']:.4f}",
+            f"{c['avg_bid_cpm_usd']:.4f}",
+        ]
+        for name, c in campaigns.items()
+    ]
+    head = ["campaign", "bids", "wins", "win rate", "spend USD", "of budget", "vs target",
+            "eCPM", "avg bid CPM"]  # fmt: skip
+    sources = _pairs(report["campaign_sources"].items())
+    return (
+        table(head, rows)
+        + '<p class="note">Where each figure comes from:</p>'
+        + sources
+        + plots.spend_curves(campaigns)
+    )
+
+
+def _duplicates(report: Mapping[str, Any]) -> str:
+    latency = report["latency_ms"]
+    rows = [
+        [label, _ms(latency[key], "p50"), _ms(latency[key], "p99")]
+        for label, key in (
+            ("every bid", "corrected_200"),
+            ("bids that held their claim", "corrected_200_held"),
+            ("bids that did not", "corrected_200_not_held"),
+        )
+    ]
+    return _pairs(report["duplicate_auctions"].items()) + table(
+        ["bid latency (corrected)", "p50 ms", "p99 ms"], rows
+    )
+
+
+def _pairs(items: Iterable[tuple[str, object]]) -> str:
+    return table([], [[str(k).replace("_", " "), str(v)] for k, v in items])
+
+
+def table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    header = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>" if head else ""
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
+    )
+    return f"<table>{header}{body}</table>"
+
+
+def _ms(summary: Mapping[str, float], *names: str) -> str:
+    return " / ".join(f"{summary[name]:.3f}" for name in names)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.3g}%"
