@@ -64,6 +64,31 @@ class PacingFile:
         }
 
 
+def settings_in_force(path: str | os.PathLike[str] | None, tick_s: float) -> dict[str, Any]:
+    """The reconciler's pacing settings given its ``--pacing-config`` (None: the defaults)."""
+    if path is not None:
+        return {**load_pacing_file(path).summary(), "tick_s": tick_s}
+    defaults = PacingConfig()
+    return {
+        "source": "built-in defaults",
+        "kp": defaults.gains.kp,
+        "ki": defaults.gains.ki,
+        "kd": defaults.gains.kd,
+        "chunk_periods_per_day": defaults.chunk_periods_per_day,
+        "curve": "standard",
+        "tick_s": tick_s,
+    }
+
+
+def settings_line(summary: dict[str, Any]) -> str:
+    """One terminal line for a report."""
+    return (
+        f"pacing: kp {summary['kp']:g}, ki {summary['ki']:g}/s, kd {summary['kd']:g} s,"
+        f" chunk budget/nodes/{summary['chunk_periods_per_day']}, default curve"
+        f" {summary['curve']}, tick {summary['tick_s']:g} s ({summary['source']})"
+    )
+
+
 def pacing_doc(
     gains: PidGains, periods: int, curve: Curve, curve_name: str, tuned: dict[str, Any]
 ) -> dict[str, Any]:
@@ -131,4 +156,12 @@ def _curve(value: object, problems: list[str]) -> tuple[Curve | None, str]:
     return curve, str(value.get("name") or "tuned")
 
 
-__all__ = ["FORMAT", "PacingFile", "PacingFileError", "load_pacing_file", "pacing_doc"]
+__all__ = [
+    "FORMAT",
+    "PacingFile",
+    "PacingFileError",
+    "load_pacing_file",
+    "pacing_doc",
+    "settings_in_force",
+    "settings_line",
+]
