@@ -229,6 +229,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if best is None:
         print("bidsim: no setting met the acceptance bounds", file=sys.stderr)
         return 1
+    print(
+        f"best: kp {best['kp']:g}, ki {best['ki']:g}/s, kd {best['kd']:g} s, chunk"
+        f" budget/nodes/{best['chunk_periods_per_day']}; worst-case mean |hourly error|"
+        f" {best['worst_mean_abs_hourly_error']:.3%} over the forecast day and"
+        f" {', '.join(result['scenarios'])}",
+        file=sys.stderr,
+    )
     if args.out is not None:
         gains = PidGains(best["kp"], best["ki"], best["kd"])
         doc = pacing_doc(gains, best["chunk_periods_per_day"], sc.curve, _curve_name(args), best)
