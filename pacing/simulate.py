@@ -11,7 +11,9 @@ from the win-price model; the node's ``LeaseAccount`` caps what it may spend.
 
 Supply: ``supply_ratio`` is what the fleet would spend at rate 1 over what the target
 curve asks for, hour by hour when the supply curve is the target curve (``supply``
-None) or a bidstream's shape otherwise. Events (a supply step, a stalled or late
+None) or a bidstream's shape otherwise; ``actual`` (``pacing.actual``) then shifts,
+scales or drops that supply and shifts the market's prices, hour by hour
+(``Scenario.available_by_hour``). Events (a supply step, a stalled or late
 reconciler, a runaway campaign) are switched on by ``Scenario`` fields. The same seed
 gives the same day.
 """
@@ -229,7 +231,12 @@ class _Day:
         """Expected fleet spend at rate 1 in the interval after ``now_s``."""
         sc = self.sc
         factor = sc.step_factor if sc.step_at_s is not None and now_s >= sc.step_at_s else 1.0
-        return self.available[_hour(now_s)] * self.tick_s / HOUR_S * factor
+        total, at, end = 0.0, now_s, min(now_s + self.tick_s, float(DAY_S))
+        while at < end - 1e-9:  # a tick that crosses an hour takes each hour's share
+            upto = min(end, (int(at // HOUR_S) + 1) * HOUR_S)
+            total += self.available[_hour(at)] * (upto - at) / HOUR_S
+            at = upto
+        return total * factor
 
     def _draw(self, per_node_micros: float, price_shifted: bool) -> np.ndarray:
         """Each node's cost of wins for an expected ``per_node_micros``."""

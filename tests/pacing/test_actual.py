@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pacing.actual import SCENARIOS, Actual, achievable
 from pacing.curves import Curve
-from pacing.simulate import Scenario
+from pacing.simulate import Scenario, run
 
 HOURS = 24
 targets = st.lists(st.integers(0, 10**9), min_size=HOURS, max_size=HOURS)
@@ -124,3 +124,13 @@ def test_the_named_scenarios_are_the_four_of_the_acceptance() -> None:
 )
 def test_a_bad_actual_day_names_its_field(day: Actual, field: str) -> None:
     assert [f for f, _ in day.problems()] == [field]
+
+
+def test_ticks_that_cross_hours_draw_each_hours_supply() -> None:
+    """7 s ticks straddle every hour boundary; rate 1 on half the target's supply spends
+    exactly what the hours offered (expected values, leases far above it)."""
+    day = Actual(drop_hours=(3, 9), drop_keep=0.2, shift_hours=5)
+    sc = Scenario(supply_ratio=0.5, actual=day, pacing=False, expected_values=True)
+    sc = replace(sc, config=replace(sc.config, tick_s=7.0))
+    spent = int(run(sc).spend.sum())
+    assert spent == pytest.approx(sum(sc.available_by_hour()), rel=1e-4)
