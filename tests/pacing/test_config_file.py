@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
+from bidder.cli import main
 from bidder.pipeline.stages import PacingStage
 from bidder.serve.settings import Settings, SettingsError
 from bidder.stack.local import LocalStack
@@ -23,6 +26,7 @@ from pacing.curves import STANDARD
 from pacing.lease import chunk_micros
 from tests.bidder.live import LiveBidder, own_aws_resources, stack_settings
 
+BIDSIM = Path(sys.executable).parent / "bidsim"
 CAMPAIGN = "brightleaf-remnant-mrec"
 """In the bundled campaign file: $1,500 a day on the ``default`` curve."""
 BUDGET = 1_500_000_000
@@ -126,4 +130,31 @@ def test_a_live_bidder_runs_with_the_file_tune_wrote(
         log = bidder.reconciler.log_tail()
     assert chunk == chunk_micros(BUDGET, 1, PERIODS)
     assert chunk != chunk_micros(BUDGET, 1)
-    assert f"pacing settings from {tuned}" in log
+    assert f"pacing settings from {tuned}" in log and "'kp': 0.05" in log
+
+
+def test_a_replay_reports_the_settings_its_bidder_ran_with(tmp_path: Path, tuned: Path) -> None:
+    stream, report = tmp_path / "s.jsonl.gz", tmp_path / "report.json"
+    assert main(["gen", "--out", str(stream), "--requests", "200", "--seed", "5"]) == 0
+    replay = [str(BIDSIM), "replay", str(stream), "--rate", "200", "--no-progress"]
+    done = subprocess.run(
+        [*replay, "--pacing-config", str(tuned), "--json", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    pacing = orjson.loads(report.read_bytes())["pacing"]
+    assert pacing == {**load_pacing_file(tuned).summary(), "tick_s": 5.0}
+    assert settings_line(pacing) in done.stdout
+
+
+def test_replay_refuses_a_bad_file_before_it_starts(
+    tmp_path: Path, tuned: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, tuned, curve={"name": "x", "weights": [0] * 24})
+    stream = tmp_path / "s.jsonl"
+    stream.write_text("")
+    assert main(["replay", str(stream), "--pacing-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--pacing-config: {path}: field curve.weights" in err and "Traceback" not in err
