@@ -108,6 +108,19 @@ class Scenario:
             self.budget_micros, self.nodes, cfg.chunk_periods_per_day
         )
 
+    def full_rate_spend(self, now_s: float, by_hour: list[float] | None = None) -> float:
+        """Expected fleet spend at rate 1 in the tick after ``now_s`` (supply step included).
+
+        ``by_hour``: ``available_by_hour()``, when the caller already holds it."""
+        hours = by_hour if by_hour is not None else self.available_by_hour()
+        total, at, end = 0.0, now_s, min(now_s + self.config.tick_s, float(DAY_S))
+        while at < end - 1e-9:  # a tick that crosses an hour takes each hour's share
+            upto = min(end, (int(at // HOUR_S) + 1) * HOUR_S)
+            total += hours[_hour(at)] * (upto - at) / HOUR_S
+            at = upto
+        stepped = self.step_at_s is not None and now_s >= self.step_at_s
+        return total * (self.step_factor if stepped else 1.0)
+
     def available_by_hour(self) -> list[float]:
         """Expected spend at rate 1 in each hour of the actual day (no side-run events)."""
         base = self.market.spend_per_request()
@@ -228,15 +241,7 @@ class _Day:
         return self.fleet.spend_up_to(drawn, now_ms), rate
 
     def _full_rate_spend(self, now_s: float) -> float:
-        """Expected fleet spend at rate 1 in the interval after ``now_s``."""
-        sc = self.sc
-        factor = sc.step_factor if sc.step_at_s is not None and now_s >= sc.step_at_s else 1.0
-        total, at, end = 0.0, now_s, min(now_s + self.tick_s, float(DAY_S))
-        while at < end - 1e-9:  # a tick that crosses an hour takes each hour's share
-            upto = min(end, (int(at // HOUR_S) + 1) * HOUR_S)
-            total += self.available[_hour(at)] * (upto - at) / HOUR_S
-            at = upto
-        return total * factor
+        return self.sc.full_rate_spend(now_s, self.available)
 
     def _draw(self, per_node_micros: float, price_shifted: bool) -> np.ndarray:
         """Each node's cost of wins for an expected ``per_node_micros``."""

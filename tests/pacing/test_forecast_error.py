@@ -13,6 +13,7 @@ import pytest
 
 from pacing.actual import SCENARIOS
 from pacing.forecast_error import scenario_report
+from pacing.report import step_response
 from pacing.simulate import Scenario
 
 DAYS = [(name, ratio) for ratio in (2.5, 1.25) for name in SCENARIOS]
@@ -50,3 +51,11 @@ def test_a_tight_light_day_cannot_reach_the_budget_and_the_score_says_so() -> No
     report = scenario_report(Scenario(actual=SCENARIOS["light-day"], supply_ratio=1.25))
     assert report["paced"]["achievable_eod_ratio"] == pytest.approx(0.875, abs=0.001)
     assert report["meets"]
+
+
+def test_a_supply_step_below_the_target_is_judged_against_what_the_step_left() -> None:
+    """At 1.25x, -50% leaves 0.625x the target: no setting can get back to the target,
+    so the step response is measured against the achievable per-tick spend."""
+    tight = Scenario(supply_ratio=1.25)
+    down = step_response(tight, 0.5)
+    assert down is not None and down <= 30
