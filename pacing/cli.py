@@ -188,26 +188,31 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     sc = scenario_from_args(args)
     actuals = actuals_from_args(args)
+    plots_dir = args.plots or (args.json.parent if args.json else Path("pacing-plots"))
     if actuals:
-        return _simulate_actuals(sc, actuals, args.json)
+        return _simulate_actuals(sc, actuals, args.json, plots_dir)
     ticks = int((sc.end_s - sc.start_s) / sc.config.tick_s)
     with tqdm(total=ticks, desc="simulated day", unit="tick", disable=None) as bar:
         report = day_report(sc, bar.update)
-    plots_dir = args.plots or (args.json.parent if args.json else Path("pacing-plots"))
     trace, asap = run(sc), run(replace(sc, pacing=False))
     report["plots"] = [str(p) for p in write_plots(trace, plots_dir, asap)]
     _emit(report, args.json)
     return 0
 
 
-def _simulate_actuals(sc: Scenario, actuals: dict[str, Actual], out: Path | None) -> int:
-    """Each actual day paced and ASAP against its achievable curve: tables and JSON."""
+def _simulate_actuals(
+    sc: Scenario, actuals: dict[str, Actual], out: Path | None, plots_dir: Path
+) -> int:
+    """Each actual day paced and ASAP against its achievable curve: tables, JSON, plots."""
+    from pacing.plots import write_day_plot
+
     reports = {}
     for name, actual in tqdm(actuals.items(), desc="days", unit="day", disable=None):
         reports[name] = scenario_report(replace(sc, actual=actual))
+    plots = [str(write_day_plot(name, report, plots_dir)) for name, report in reports.items()]
     for name, report in reports.items():
         print(render(name, report) + "\n")
-    doc = {"scenario": describe(sc), "scenarios": reports}
+    doc = {"scenario": describe(sc), "scenarios": reports, "plots": plots}
     if out is not None:
         out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
     return 0 if all(r["meets"] for r in reports.values()) else 1

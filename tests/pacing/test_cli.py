@@ -80,6 +80,7 @@ def test_simulate_scores_each_named_day_against_what_its_supply_allowed(
     assert len(day["paced"]["hourly_achievable_micros"]) == 24
     table = capsys.readouterr().out
     assert "half-outage (paced meets the acceptance)" in table and "ASAP" in table
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["half-outage-hourly.png"]
 
 
 def test_simulate_runs_a_custom_day_from_the_transform_options(tmp_path: Path) -> None:
