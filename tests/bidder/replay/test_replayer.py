@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
 
 import orjson
 import pytest
-import pytest_asyncio
 from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
@@ -104,15 +102,6 @@ def records(kinds: list[str], gap_ms: int = 1) -> list[StreamRecord]:
 
 def options(**overrides) -> ReplayOptions:
     return ReplayOptions(**{"rate": 2000.0, "market": FIXED_MARKET, **overrides})
-
-
-@pytest_asyncio.fixture
-async def bidder(aiohttp_server) -> AsyncIterator[FakeBidder]:
-    fake = FakeBidder()
-    server = await aiohttp_server(fake.app())
-    fake.url = f"http://127.0.0.1:{server.port}"
-    yield fake
-    fake.release.set()
 
 
 @pytest.mark.asyncio
