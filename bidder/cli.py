@@ -31,6 +31,7 @@ from bidder.replay.campaign_outcomes import Budget, budgets_of
 from bidder.replay.compare import DEFAULT_THRESHOLD, compare, render_comparison
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
+from bidder.replay.throttle import ThrottleRule
 from bidder.serve.cli_options import (
     add_bidder_options,
     settings_from_args,
@@ -173,6 +174,15 @@ def _replay_parser(p: argparse.ArgumentParser) -> None:
         "--reorder-notices", action="store_true", help="bill before win, spread in a window"
     )
     faults.add_argument("--notice-window-ms", type=float, default=250.0, metavar="MS")
+    exchange = p.add_argument_group("exchange rules")
+    exchange.add_argument(
+        "--no-throttle", action="store_true",
+        help="send every request, however late the answers (pure latency runs)",
+    )  # fmt: skip
+    exchange.add_argument(
+        "--throttle-threshold", type=float, default=0.85, metavar="SHARE",
+        help="cut the request rate below this share of answers within tmax (0-1)",
+    )  # fmt: skip
     add_bidder_options(p)
     p.set_defaults(command=_cmd_replay)
 
@@ -192,6 +202,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         notice_window_ms=args.notice_window_ms,
         path_policy=settings.path_policy,
         budgets=_budgets(settings),
+        throttle=None if args.no_throttle else ThrottleRule(threshold=args.throttle_threshold),
     )
     records = list(read_stream(args.stream))
     if args.target:

@@ -51,6 +51,8 @@ from bidder.replay.notices import NoticeSender
 from bidder.replay.options import ReplayOptions
 from bidder.replay.report import ReplayResult, record_latency
 from bidder.replay.schedule import Scheduled, schedule
+from bidder.replay.throttle import Throttle
+from bidder.replay.viewability import imp_formats
 
 __all__ = ["DEFAULT_PATH", "ReplayOptions", "ReplayResult", "replay"]
 
@@ -100,7 +102,9 @@ class _Replay:
             campaigns=CampaignOutcomes(dict(options.budgets)),
             warmup_s=options.warmup_s,
         )
-        self._notices = NoticeSender(options, self.result.auction)
+        self._notices = NoticeSender(options, self.result.auction, self.result.views)
+        self._throttle = None if options.throttle is None else Throttle(options.throttle)
+        self.result.pushback.enabled = self._throttle is not None
         self._deadline_ns = round(options.deadline_ms * 1_000_000)
         self._first_send_ns = self._last_send_ns = self._unyielded = self._start_ns = 0
         self.error: BaseException | None = None
@@ -110,6 +114,9 @@ class _Replay:
         self._start_ns = start_ns
         for seq, (offset_s, record) in enumerate(scheduled):
             offset_ns = round(offset_s * 1e9)
+            if self._throttle is not None and not self._throttle.admit(offset_s):
+                self._withhold(measured=offset_ns >= warmup_ns)
+                continue
             raw = self._template(record.ssp).build(record.body)
             await self._wait_until(start_ns + offset_ns)
             task = self._inflight.spawn(
@@ -119,6 +126,18 @@ class _Replay:
             if seq % _PROGRESS_EVERY == _PROGRESS_EVERY - 1:
                 bar.update(_PROGRESS_EVERY)
         bar.update((seq + 1) % _PROGRESS_EVERY)
+
+    def _withhold(self, *, measured: bool) -> None:
+        pushback = self.result.pushback
+        if measured:
+            pushback.withheld += 1
+        else:
+            pushback.withheld_warmup += 1
+
+    def _judge(self, on_time: bool) -> None:
+        """Tell the exchange's response-rate rule of one answer (or its absence)."""
+        if self._throttle is not None:
+            self._throttle.record((time.perf_counter_ns() - self._start_ns) / 1e9, on_time)
 
     async def _wait_until(self, instant_ns: int) -> None:
         """Sleep until the send instant; when already late, still yield every few sends."""
@@ -138,6 +157,8 @@ class _Replay:
         await self._notices.drain(self._options.notice_drain_s)
 
     async def close(self) -> None:
+        if self._throttle is not None:
+            self.result.pushback.note(self._throttle)
         leftovers = set(self._inflight)
         for task in leftovers:
             task.cancel()
@@ -170,6 +191,7 @@ class _Replay:
         try:
             response = await self._pool.send(raw, loop.time() + self._options.timeout_ms / 1000)
         except TimeoutError:
+            self._judge(False)
             timeline.add("timeouts", time.perf_counter_ns() - self._start_ns)
             if measured:
                 self.result.timeouts += 1
@@ -177,10 +199,12 @@ class _Replay:
                 self.result.ssp(record.ssp).count_timeout(corrected_ns // 1000)
             return
         except TransportError:
+            self._judge(False)
             timeline.add("errors", time.perf_counter_ns() - self._start_ns)
             if measured:
                 self.result.transport_errors += 1
             return
+        self._judge(response.status in (200, 204))
         timeline.add_answer(response.status, response.arrived_ns - self._start_ns)
         if measured:
             self._count_answer(response, intended_ns, record)
@@ -224,9 +248,10 @@ class _Replay:
         if measured:
             self.result.auction.count(settlement)
             self.result.campaigns.count(settlement, record.ts)
-        if self._options.notices:
+        if self._options.notices and settlement.wins:
+            formats = imp_formats(record.body)
             for win in settlement.wins:
-                self._notices.send(win, measured)
+                self._notices.send(win, measured, formats.get(win.impid, ""))
 
     def _note_failure(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None and self.error is None:
