@@ -184,6 +184,10 @@ def _replay_parser(p: argparse.ArgumentParser) -> None:
         "--throttle-threshold", type=float, default=0.85, metavar="SHARE",
         help="cut the request rate below this share of answers within tmax (0-1)",
     )  # fmt: skip
+    p.add_argument(
+        "--stage-times", type=float, default=1.0, metavar="SHARE",
+        help="share of requests that ask the bidder for its stage times (0-1; default all)",
+    )  # fmt: skip
     add_bidder_options(p)
     p.set_defaults(command=_cmd_replay)
 
@@ -204,6 +208,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         path_policy=settings.path_policy,
         budgets=_budgets(settings),
         throttle=None if args.no_throttle else ThrottleRule(threshold=args.throttle_threshold),
+        stage_times=args.stage_times,
     )
     records = list(read_stream(args.stream))
     if args.target:

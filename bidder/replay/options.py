@@ -46,6 +46,8 @@ class ReplayOptions:
     """The exchange's response-rate rule (``throttle``); None: every request is sent."""
     view_rates: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
     """Share of wins per format that become viewable (``viewability``)."""
+    stage_times: float = 0.0
+    """Share (0-1) of requests that ask the bidder for its stage times (``slowest``)."""
 
     def __post_init__(self) -> None:
         positive = (
@@ -61,6 +63,8 @@ class ReplayOptions:
             for name in ("warmup_s", "notice_drain_s", "notice_window_ms")
             if getattr(self, name) < 0
         ]
+        if not 0 <= self.stage_times <= 1:
+            problems.append(f"stage_times must be 0-1, got {self.stage_times}")
         if not 0 <= self.duplicate_notices <= 1:
             problems.append(f"duplicate_notices must be 0-1, got {self.duplicate_notices}")
         problems += [

@@ -44,6 +44,7 @@ from tqdm import tqdm
 from bidder.bidstream.auction import settle
 from bidder.bidstream.stream import StreamRecord
 from bidder.core.tasks import TaskSet
+from bidder.pipeline.stage_times import HEADER as STAGE_TIMES
 from bidder.replay._duplicates import DuplicateTally
 from bidder.replay.campaign_outcomes import CampaignOutcomes
 from bidder.replay.client import HttpPool, RequestTemplate, Response, TransportError, split_url
@@ -51,12 +52,14 @@ from bidder.replay.notices import NoticeSender
 from bidder.replay.options import ReplayOptions
 from bidder.replay.report import ReplayResult, record_latency
 from bidder.replay.schedule import Scheduled, schedule
+from bidder.replay.slowest import asks_for_times
 from bidder.replay.throttle import Throttle
 from bidder.replay.viewability import imp_formats
 
 __all__ = ["DEFAULT_PATH", "ReplayOptions", "ReplayResult", "replay"]
 
 DEFAULT_PATH = "/openrtb2/bid"
+_STAGE_TIMES_KEY = STAGE_TIMES.lower()  # the client's answer headers are lower-cased
 LATE_SEND_NS = 1_000_000
 _EARLY_NS = 1_000_000  # one loop-timer tick: how early a due request may go out
 _MAX_UNYIELDED_SENDS = 16  # when behind schedule: sends between yields to the loop
@@ -94,7 +97,7 @@ class _Replay:
         self._host, self._path = f"{host}:{port}", DEFAULT_PATH if path == "/" else path
         self._options = options
         self._pool = HttpPool(host, port, max_connections=options.max_connections)
-        self._templates: dict[str, RequestTemplate] = {}
+        self._templates: dict[tuple[str, bool], RequestTemplate] = {}
         self._inflight = TaskSet()
         self.result = ReplayResult(
             deadline_ms=options.deadline_ms,
@@ -117,7 +120,8 @@ class _Replay:
             if self._throttle is not None and not self._throttle.admit(offset_s):
                 self._withhold(measured=offset_ns >= warmup_ns)
                 continue
-            raw = self._template(record.ssp).build(record.body)
+            timed = asks_for_times(seq, self._options.stage_times)
+            raw = self._template(record.ssp, timed).build(record.body)
             await self._wait_until(start_ns + offset_ns)
             task = self._inflight.spawn(
                 self._one(seq, record, raw, start_ns + offset_ns, measured=offset_ns >= warmup_ns)
@@ -167,11 +171,13 @@ class _Replay:
         await self._notices.close()
         self.result.duration_s = (self._last_send_ns - self._first_send_ns) / 1e9
 
-    def _template(self, ssp: str) -> RequestTemplate:
-        template = self._templates.get(ssp)
+    def _template(self, ssp: str, timed: bool) -> RequestTemplate:
+        template = self._templates.get((ssp, timed))
         if template is None:
             headers = {"Content-Type": "application/json", "X-Openrtb-Version": "2.6", "X-Ssp": ssp}
-            template = self._templates[ssp] = RequestTemplate(
+            if timed:
+                headers[STAGE_TIMES] = "1"
+            template = self._templates[ssp, timed] = RequestTemplate(
                 "POST", self._host, self._path, headers
             )
         return template
@@ -207,7 +213,7 @@ class _Replay:
         self._judge(response.status in (200, 204))
         timeline.add_answer(response.status, response.arrived_ns - self._start_ns)
         if measured:
-            self._count_answer(response, intended_ns, record)
+            self._count_answer(response, intended_ns, record, seq)
         if response.status == 200:
             self._auction(seq, record, response.body, measured)
 
@@ -219,7 +225,9 @@ class _Replay:
         self._first_send_ns = self._first_send_ns or sent_ns
         self._last_send_ns = max(self._last_send_ns, sent_ns)
 
-    def _count_answer(self, response: Response, intended_ns: int, record: StreamRecord) -> None:
+    def _count_answer(
+        self, response: Response, intended_ns: int, record: StreamRecord, seq: int
+    ) -> None:
         result, status, ssp = self.result, response.status, record.ssp
         result.status[status] += 1
         reason = response.headers.get("x-nbr-reason", "unlabelled") if status == 204 else None
@@ -234,6 +242,10 @@ class _Replay:
         result.ssp(ssp).count_answer(status, reason, corrected_ns // 1000)
         held = "x-dedup-held" in response.headers
         result.count_copy(ssp, record.body, status, reason, corrected_ns // 1000, held)
+        times = response.headers.get(_STAGE_TIMES_KEY)
+        if times is not None:
+            outcome = "bid" if status == 200 else reason or str(status)
+            result.slowest.offer(corrected_ns // 1000, record.body, ssp, outcome, times, seq)
 
     def _record(self, intended_ns: int, sent_ns: int, done_ns: int) -> tuple[int, int]:
         """Record both latencies; returns them (ns): corrected, uncorrected."""

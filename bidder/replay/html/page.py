@@ -24,6 +24,7 @@ SECTIONS = (
     ("campaigns", "Per campaign"),
     ("duplicates", "Duplicate auctions"),
     ("exchange", "Exchange pushback and viewability"),
+    ("slowest", "Slowest answers"),
 )
 """(element id, heading) of every section, in page order."""
 
@@ -49,6 +50,7 @@ def render_page(report: Mapping[str, Any], title: str = "bidsim replay") -> str:
         "campaigns": _campaigns(report, plots),
         "duplicates": _duplicates(report),
         "exchange": _exchange(report),
+        "slowest": _slowest(report.get("slowest_answers")),
     }
     return document(title, [(key, heading, bodies[key]) for key, heading in SECTIONS])
 
@@ -214,6 +216,26 @@ def _exchange(report: Mapping[str, Any]) -> str:
             )
         )
     return "".join(parts)
+
+
+def _slowest(slowest: Mapping[str, Any] | None) -> str:
+    if not slowest or not slowest["answers"]:
+        return '<p class="note">No answer carried the bidder\'s stage times.</p>'
+    rows = [
+        [
+            a["request_id"],
+            a["ssp"],
+            a["outcome"],
+            f"{a['corrected_ms']:.3f}",
+            f"{a['outside_handler_ms']:.3f}",
+            ", ".join(f"{name} {us:,.0f}" for name, us in a["stages_us"].items()),
+        ]
+        for a in slowest["answers"]
+    ]
+    head = ["request id", "SSP", "outcome", "ms", "outside the handler ms", "stages (µs)"]
+    return table(head, rows) + (
+        f'<p class="note">Of {slowest["timed_answers"]:,} answers with stage times.</p>'
+    )
 
 
 def _pairs(items: Iterable[tuple[str, object]]) -> str:
