@@ -92,12 +92,16 @@ def slowest_json(slowest: SlowestAnswers) -> dict[str, Any]:
 
 
 def render_slowest(slowest: SlowestAnswers, shown: int = 5) -> str:
-    lines = [f"slowest answers  (of {slowest.timed:,} with the bidder's stage times; µs per step)"]
+    lines = [
+        f"slowest answers  (of {slowest.timed:,} with the bidder's stage times;"
+        " outside: not in any step; the 3 slowest steps, µs)"
+    ]
     for answer in slowest.slowest_first()[:shown]:
         top = sorted(answer.steps, key=lambda step: -step[1])[:3]
         steps = "  ".join(f"{name} {us:,.0f}" for name, us in top)
+        outside_ms = answer.to_dict()["outside_handler_ms"]
         lines.append(
             f"  {answer.corrected_us / 1000:>8.3f} ms  {answer.request_id[:24]:<24}"
-            f"  {answer.ssp:<12} {answer.outcome:<16} {steps}"
+            f"  {answer.ssp:<10} {answer.outcome:<14} outside {outside_ms:>7.3f} ms  {steps}"
         )
     return "\n".join(lines)
