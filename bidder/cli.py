@@ -44,6 +44,7 @@ from bidder.stack.child import StackError, free_port, held_port
 from bidder.stack.local import LocalStack
 from models.cli import add_commands as model_commands
 from pacing.cli import add_commands as pacing_commands
+from pacing.config_file import load_pacing_file, settings_in_force, settings_line
 from pacing.curves import BUILTIN, load_curve_dir
 
 log = logging.getLogger("bidsim")
@@ -213,9 +214,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     records = list(read_stream(args.stream))
     if args.target:
         result = uvloop.run(replay(records, args.target, options, not args.no_progress))
+        pacing = None
     else:
         result = _replay_embedded(args, records, options)
-    _print_report(result, args.json, args.html)
+        pacing = settings_in_force(settings.pacing_config, settings.pacing_tick_s)
+    _print_report(result, args.json, args.html, pacing)
     return 0
 
 
@@ -233,6 +236,8 @@ def _budgets(settings: Settings) -> dict[str, Budget]:
     named = dict(BUILTIN)
     if settings.pacing_curves is not None:
         named.update(load_curve_dir(settings.pacing_curves))
+    if settings.pacing_config is not None:
+        named.update(load_pacing_file(settings.pacing_config).curves())
     return budgets_of(load_campaign_file(settings.campaigns_path), named)
 
 
@@ -251,9 +256,16 @@ def _replay_embedded(
         return uvloop.run(run())
 
 
-def _print_report(result: ReplayResult, json_out: Path | None, html_out: Path | None) -> None:
+def _print_report(
+    result: ReplayResult,
+    json_out: Path | None,
+    html_out: Path | None,
+    pacing: dict[str, Any] | None = None,
+) -> None:
+    """``pacing``: the settings the embedded bidder ran with (None: a bidder elsewhere)."""
     print(render_table(result))
-    report = to_json(result)
+    print(settings_line(pacing) if pacing else "pacing: set by the bidder at --target")
+    report = {**to_json(result), "pacing": pacing}
     if json_out is not None:
         json_out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
         print(f"report written to {json_out}")

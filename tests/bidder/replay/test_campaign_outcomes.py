@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
-import pytest_asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,7 +12,7 @@ from bidder.replay.campaign_outcomes import NO_CID, CampaignOutcomes, budgets_of
 from bidder.replay.replayer import replay
 from bidder.replay.report import render_table, to_json
 from pacing.curves import DAY_MS, STANDARD
-from tests.bidder.replay.test_replayer import FakeBidder, options, records
+from tests.bidder.replay.test_replayer import options, records
 
 MIDNIGHT_MS = 1_767_225_600_000  # 2026-01-01 00:00 UTC, where test records start
 
@@ -30,15 +27,6 @@ def campaign(cid: str, budget_micros: int = 1_000_000, curve: str = "default") -
         creatives=(),
         pacing_curve=curve,
     )
-
-
-@pytest_asyncio.fixture
-async def fake(aiohttp_server) -> AsyncIterator[FakeBidder]:
-    bidder = FakeBidder()
-    server = await aiohttp_server(bidder.app())
-    bidder.url = f"http://127.0.0.1:{server.port}"
-    yield bidder
-    bidder.release.set()
 
 
 KINDS = ["bid-k1"] * 4 + ["bid-k2"] * 3 + ["bid-"] * 2 + ["nobid-capped"] * 2

@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
-import pytest_asyncio
 
 from bidder.replay.replayer import replay
-from tests.bidder.replay.test_replayer import FakeBidder, options, records
-
-
-@pytest_asyncio.fixture
-async def fake(aiohttp_server) -> AsyncIterator[FakeBidder]:
-    bidder = FakeBidder()
-    server = await aiohttp_server(bidder.app())
-    bidder.url = f"http://127.0.0.1:{server.port}"
-    yield bidder
-    bidder.release.set()
+from tests.bidder.replay.test_replayer import options, records
 
 
 @pytest.mark.asyncio

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
-import pytest_asyncio
 
 from bidder.replay.replayer import replay
 from bidder.replay.report import to_json
 from bidder.replay.timeline import Timeline, timeline_json
-from tests.bidder.replay.test_replayer import FakeBidder, options, records
+from tests.bidder.replay.test_replayer import options, records
 
 
 def test_events_count_in_the_second_they_fall_in():
@@ -30,15 +27,6 @@ def test_answers_other_than_200_and_204_are_errors():
     timeline.add_answer(500, 0)
     timeline.add_answer(302, 0)
     assert (timeline.counts["bids"], timeline.counts["errors"]) == ([1], [2])
-
-
-@pytest_asyncio.fixture
-async def fake(aiohttp_server) -> AsyncIterator[FakeBidder]:
-    bidder = FakeBidder()
-    server = await aiohttp_server(bidder.app())
-    bidder.url = f"http://127.0.0.1:{server.port}"
-    yield bidder
-    bidder.release.set()
 
 
 @pytest.mark.asyncio
