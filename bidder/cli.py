@@ -26,11 +26,13 @@ from bidder.bidstream.generator import DUPLICATE_SHARE, generate, parse_ssp_boos
 from bidder.bidstream.importers.cli import add_commands as import_commands
 from bidder.bidstream.stream import StreamFormatError, StreamRecord, read_stream
 from bidder.core.campaign_docs import load_campaign_file
+from bidder.core.campaign_warnings import never_in_effect
 from bidder.core.campaigns import CampaignError
 from bidder.replay.campaign_outcomes import Budget, budgets_of
 from bidder.replay.compare import DEFAULT_THRESHOLD, compare, render_comparison
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
+from bidder.replay.throttle import ThrottleRule
 from bidder.serve.cli_options import (
     add_bidder_options,
     settings_from_args,
@@ -174,6 +176,19 @@ def _replay_parser(p: argparse.ArgumentParser) -> None:
         "--reorder-notices", action="store_true", help="bill before win, spread in a window"
     )
     faults.add_argument("--notice-window-ms", type=float, default=250.0, metavar="MS")
+    exchange = p.add_argument_group("exchange rules")
+    exchange.add_argument(
+        "--no-throttle", action="store_true",
+        help="send every request, however late the answers (pure latency runs)",
+    )  # fmt: skip
+    exchange.add_argument(
+        "--throttle-threshold", type=float, default=0.85, metavar="SHARE",
+        help="cut the request rate below this share of answers within tmax (0-1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--stage-times", type=float, default=1.0, metavar="SHARE",
+        help="share of requests that ask the bidder for its stage times (0-1; default all)",
+    )  # fmt: skip
     add_bidder_options(p)
     p.set_defaults(command=_cmd_replay)
 
@@ -193,6 +208,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         notice_window_ms=args.notice_window_ms,
         path_policy=settings.path_policy,
         budgets=_budgets(settings),
+        throttle=None if args.no_throttle else ThrottleRule(threshold=args.throttle_threshold),
+        stage_times=args.stage_times,
     )
     records = list(read_stream(args.stream))
     if args.target:
@@ -359,7 +376,11 @@ def _campaigns_parser(p: argparse.ArgumentParser) -> None:
 
 def _cmd_campaigns_check(args: argparse.Namespace) -> int:
     campaigns = load_campaign_file(args.file)
-    print(f"{args.file}: {len(campaigns)} campaigns, all valid")
+    warnings = never_in_effect(campaigns)
+    for warning in warnings:
+        print(f"{args.file}: warning: {warning}")
+    plural = "" if len(warnings) == 1 else "s"
+    print(f"{args.file}: {len(campaigns)} campaigns, all valid, {len(warnings)} warning{plural}")
     return 0
 
 
