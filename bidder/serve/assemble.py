@@ -286,7 +286,8 @@ async def _capper(
         await store.start(timeout_s=_FCAP_START_TIMEOUT_S)
     except Exception as exc:  # Valkey down at start: serve, the cap policy decides per bid
         log.warning("frequency-cap scripts not loaded yet (loaded on first use): %s", exc)
-    return FrequencyCapper(store, NegativeCache(settings.fcap_cache_entries))
+    entries = settings.fcap_cache_entries
+    return FrequencyCapper(store, NegativeCache(entries), fresh=NegativeCache(entries))
 
 
 async def _warm_up(valkey: AsyncValkey) -> None:
