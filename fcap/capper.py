@@ -27,6 +27,9 @@ class Verdict:
     reservations: Mapping[Subject, Reservation] = field(default_factory=dict)
     """Slots taken for reserve-at-bid subjects: release each one that is not bid."""
     store_error: bool = False
+    unchecked: frozenset[Subject] = frozenset()
+    """Allowed without their counters read (fail-open: store down or no key): their
+    bids carry the unchecked mark (``bidder.core.tokens.CAPS_UNCHECKED``)."""
 
     def allows(self, subject: Subject) -> bool:
         return subject not in self.capped and subject not in self.unavailable
@@ -81,7 +84,8 @@ class FrequencyCapper:
         except FcapUnavailable:
             metrics.CHECK_ERRORS.inc()
             closed = frozenset(s for s in ask if s.fail_closed)
-            return Verdict(frozenset(cached), closed, store_error=True)
+            unchecked = frozenset(ask) - closed
+            return Verdict(frozenset(cached), closed, store_error=True, unchecked=unchecked)
         for subject, until in result.capped.items():
             self.cache.put((user_key, household_key, subject.cache_id), until)
         metrics.CAPPED_BY_STORE.inc(len(result.capped))
@@ -89,7 +93,8 @@ class FrequencyCapper:
         self._remember_fresh(ask, not_under, user_key, household_key, now_ms)
         unavailable = frozenset(s for s in result.unknown if s.fail_closed)
         capped = frozenset(cached | result.capped.keys()) - unavailable
-        return Verdict(capped, unavailable, result.reservations)
+        unchecked = frozenset(result.unknown) - unavailable - capped
+        return Verdict(capped, unavailable, result.reservations, unchecked=unchecked)
 
     def _remember_fresh(
         self,

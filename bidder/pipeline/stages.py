@@ -159,6 +159,9 @@ class FcapStage:
         )
         if verdict.reservations:
             ctx.finishers.append(lambda bids: self._release_unbid(verdict, bids))
+        if verdict.unchecked:
+            unchecked = verdict.unchecked
+            ctx.caps_unchecked = frozenset((s.campaign_id, s.creative_id) for s in unchecked)
         ctx.candidates = [c for c, subject in pairs if verdict.allows(subject)]
         if ctx.candidates:
             return None

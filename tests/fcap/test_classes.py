@@ -87,3 +87,23 @@ async def test_store_down_each_class_fails_its_own_way(
         [subject], new_user(), None, T0, far_deadline()
     )
     assert verdict.allows(subject) is bids and verdict.store_error
+
+
+async def test_a_fail_open_pass_with_the_store_down_is_unchecked(down_store: FcapStore) -> None:
+    loose, tight = _subject("loose"), _subject("tight")
+    verdict = await FrequencyCapper(down_store).check(
+        [loose, tight], new_user(), None, T0, far_deadline()
+    )
+    assert verdict.unchecked == {loose}
+
+
+async def test_a_fail_open_pass_without_a_user_key_is_unchecked(store: FcapStore) -> None:
+    standard, strict = _subject("standard"), _subject("strict")
+    verdict = await FrequencyCapper(store).check([standard, strict], None, None, T0, far_deadline())
+    assert verdict.unchecked == {standard} and strict in verdict.unavailable
+
+
+async def test_a_checked_pass_is_not_unchecked(store: FcapStore) -> None:
+    standard = _subject("standard")
+    verdict = await FrequencyCapper(store).check([standard], new_user(), None, T0, far_deadline())
+    assert verdict.allows(standard) and not verdict.unchecked
