@@ -312,6 +312,10 @@ def _gen_parser(p: argparse.ArgumentParser) -> None:
         "--duplicate-share", type=float, default=DUPLICATE_SHARE, metavar="F",
         help="share of auctions sent through 2-3 SSPs (sharing source.tid)",
     )  # fmt: skip
+    p.add_argument(
+        "--multi-id", action="store_true",
+        help="people use 1-3 devices or browsers, each with ids of its own",
+    )  # fmt: skip
     p.set_defaults(command=_cmd_gen)
 
 
@@ -328,6 +332,7 @@ def _cmd_gen(args: argparse.Namespace) -> int:
         heavy_users=args.heavy_users,
         heavy_share=args.heavy_share,
         duplicate_share=args.duplicate_share,
+        multi_id=args.multi_id,
     )
     print(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode())
     print(f"wrote {summary.requests} requests to {args.out}", file=sys.stderr)
