@@ -23,6 +23,7 @@ import uvloop
 
 from bidder.adapters.campaign_store import StoreError
 from bidder.bidstream.generator import DUPLICATE_SHARE, generate, parse_ssp_boost
+from bidder.bidstream.identity_cli import add_commands as identity_commands
 from bidder.bidstream.importers.cli import add_commands as import_commands
 from bidder.bidstream.stream import StreamFormatError, StreamRecord, read_stream
 from bidder.core.campaign_docs import load_campaign_file
@@ -101,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     stack = sub.add_parser("stack", help="run embedded Valkey + moto until Ctrl-C")
     stack.set_defaults(command=_cmd_stack)
     pacing_commands(sub)
+    identity_commands(sub)
     model_commands(sub)
     return parser
 
