@@ -22,16 +22,18 @@ import orjson
 import uvloop
 
 from bidder.adapters.campaign_store import StoreError
-from bidder.bidstream.generator import DUPLICATE_SHARE, generate, parse_ssp_boost
+from bidder.bidstream.gen_cli import add_command as gen_command
 from bidder.bidstream.identity_cli import add_commands as identity_commands
 from bidder.bidstream.importers.cli import add_commands as import_commands
 from bidder.bidstream.stream import StreamFormatError, StreamRecord, read_stream
 from bidder.core.campaign_docs import load_campaign_file
+from bidder.core.campaign_warnings import never_in_effect
 from bidder.core.campaigns import CampaignError
 from bidder.replay.campaign_outcomes import Budget, budgets_of
 from bidder.replay.compare import DEFAULT_THRESHOLD, compare, render_comparison
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
+from bidder.replay.throttle import ThrottleRule
 from bidder.serve.cli_options import (
     add_bidder_options,
     settings_from_args,
@@ -43,6 +45,7 @@ from bidder.stack.child import StackError, free_port, held_port
 from bidder.stack.local import LocalStack
 from models.cli import add_commands as model_commands
 from pacing.cli import add_commands as pacing_commands
+from pacing.config_file import load_pacing_file, settings_in_force, settings_line
 from pacing.curves import BUILTIN, load_curve_dir
 
 log = logging.getLogger("bidsim")
@@ -95,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_parser("serve", help="run the bidder (embedded Valkey + moto by default)")
     )
     _replay_parser(sub.add_parser("replay", help="replay a bidstream open-loop and report"))
-    _gen_parser(sub.add_parser("gen", help="generate a realistic bidstream"))
+    gen_command(sub)
     import_commands(sub)
     _campaigns_parser(sub.add_parser("campaigns", help="check or load a campaign file"))
     _report_parser(sub.add_parser("report", help="work with saved replay reports"))
@@ -175,6 +178,19 @@ def _replay_parser(p: argparse.ArgumentParser) -> None:
         "--reorder-notices", action="store_true", help="bill before win, spread in a window"
     )
     faults.add_argument("--notice-window-ms", type=float, default=250.0, metavar="MS")
+    exchange = p.add_argument_group("exchange rules")
+    exchange.add_argument(
+        "--no-throttle", action="store_true",
+        help="send every request, however late the answers (pure latency runs)",
+    )  # fmt: skip
+    exchange.add_argument(
+        "--throttle-threshold", type=float, default=0.85, metavar="SHARE",
+        help="cut the request rate below this share of answers within tmax (0-1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--stage-times", type=float, default=1.0, metavar="SHARE",
+        help="share of requests that ask the bidder for its stage times (0-1; default all)",
+    )  # fmt: skip
     add_bidder_options(p)
     p.set_defaults(command=_cmd_replay)
 
@@ -194,13 +210,17 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         notice_window_ms=args.notice_window_ms,
         path_policy=settings.path_policy,
         budgets=_budgets(settings),
+        throttle=None if args.no_throttle else ThrottleRule(threshold=args.throttle_threshold),
+        stage_times=args.stage_times,
     )
     records = list(read_stream(args.stream))
     if args.target:
         result = uvloop.run(replay(records, args.target, options, not args.no_progress))
+        pacing = None
     else:
         result = _replay_embedded(args, records, options)
-    _print_report(result, args.json, args.html)
+        pacing = settings_in_force(settings.pacing_config, settings.pacing_tick_s)
+    _print_report(result, args.json, args.html, pacing)
     return 0
 
 
@@ -218,6 +238,8 @@ def _budgets(settings: Settings) -> dict[str, Budget]:
     named = dict(BUILTIN)
     if settings.pacing_curves is not None:
         named.update(load_curve_dir(settings.pacing_curves))
+    if settings.pacing_config is not None:
+        named.update(load_pacing_file(settings.pacing_config).curves())
     return budgets_of(load_campaign_file(settings.campaigns_path), named)
 
 
@@ -236,9 +258,16 @@ def _replay_embedded(
         return uvloop.run(run())
 
 
-def _print_report(result: ReplayResult, json_out: Path | None, html_out: Path | None) -> None:
+def _print_report(
+    result: ReplayResult,
+    json_out: Path | None,
+    html_out: Path | None,
+    pacing: dict[str, Any] | None = None,
+) -> None:
+    """``pacing``: the settings the embedded bidder ran with (None: a bidder elsewhere)."""
     print(render_table(result))
-    report = to_json(result)
+    print(settings_line(pacing) if pacing else "pacing: set by the bidder at --target")
+    report = {**to_json(result), "pacing": pacing}
     if json_out is not None:
         json_out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
         print(f"report written to {json_out}")
@@ -293,52 +322,7 @@ def _read_report(path: Path) -> dict[str, Any]:
     return report
 
 
-# --- gen, campaigns, stack -------------------------------------------------------------
-
-
-def _gen_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, required=True, help="output file (.jsonl or .jsonl.gz)")
-    p.add_argument("--requests", type=int, required=True)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--rate", type=float, default=400.0, help="mean send rate (req/s)")
-    p.add_argument(
-        "--ssp-boost", action="append", default=[], metavar="SSP=FACTOR",
-        help="multiply one SSP's share of the traffic (repeatable), e.g. ssp-delta=10",
-    )  # fmt: skip
-    p.add_argument(
-        "--heavy-users", type=int, default=0, metavar="N",
-        help="the N most active people also get --heavy-share of all auctions",
-    )  # fmt: skip
-    p.add_argument("--heavy-share", type=float, default=0.0, metavar="F")
-    p.add_argument(
-        "--duplicate-share", type=float, default=DUPLICATE_SHARE, metavar="F",
-        help="share of auctions sent through 2-3 SSPs (sharing source.tid)",
-    )  # fmt: skip
-    p.add_argument(
-        "--multi-id", action="store_true",
-        help="people use 1-3 devices or browsers, each with ids of its own",
-    )  # fmt: skip
-    p.set_defaults(command=_cmd_gen)
-
-
-def _cmd_gen(args: argparse.Namespace) -> int:
-    if args.requests <= 0 or args.rate <= 0:
-        raise ValueError("--requests and --rate must be positive")
-    boost = parse_ssp_boost(args.ssp_boost) if args.ssp_boost else None
-    summary = generate(
-        args.out,
-        requests=args.requests,
-        seed=args.seed,
-        mean_rate=args.rate,
-        ssp_boost=boost,
-        heavy_users=args.heavy_users,
-        heavy_share=args.heavy_share,
-        duplicate_share=args.duplicate_share,
-        multi_id=args.multi_id,
-    )
-    print(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode())
-    print(f"wrote {summary.requests} requests to {args.out}", file=sys.stderr)
-    return 0
+# --- campaigns, stack ------------------------------------------------------------------
 
 
 def _campaigns_parser(p: argparse.ArgumentParser) -> None:
@@ -354,7 +338,11 @@ def _campaigns_parser(p: argparse.ArgumentParser) -> None:
 
 def _cmd_campaigns_check(args: argparse.Namespace) -> int:
     campaigns = load_campaign_file(args.file)
-    print(f"{args.file}: {len(campaigns)} campaigns, all valid")
+    warnings = never_in_effect(campaigns)
+    for warning in warnings:
+        print(f"{args.file}: warning: {warning}")
+    plural = "" if len(warnings) == 1 else "s"
+    print(f"{args.file}: {len(campaigns)} campaigns, all valid, {len(warnings)} warning{plural}")
     return 0
 
 

@@ -119,6 +119,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         biller=win.biller,
         ids=generator,
         impression_sinks=win.sinks,
+        count_viewable=win.caps.on_viewable,
     )
     lease_reader = LeaseReader(stores.valkey, pacer.node_id)
     state.background += [
@@ -222,6 +223,7 @@ class _WinLoop:
     journal: DeferredJournal
     sinks: list[ImpressionSink]
     biller: Biller
+    caps: CapCounter
 
 
 async def _win_loop(
@@ -236,10 +238,8 @@ async def _win_loop(
     """The win path's parts; ``next_id`` gives ledger ids."""
     producer = await ledger_producer(settings, endpoint, clock)
     journal = await deferred_journal(settings, endpoint, clock)
-    sinks: list[ImpressionSink] = [
-        CapCounter(stores.capper, book, clock),
-        LeaseDebit(pacer),
-    ]
+    caps = CapCounter(stores.capper, book, clock)
+    sinks: list[ImpressionSink] = [caps, LeaseDebit(pacer)]
     biller = Biller(
         stores.valkey,
         producer,
@@ -250,7 +250,7 @@ async def _win_loop(
         namespace=settings.key_namespace,
         deferred=journal,
     )
-    return _WinLoop(producer, journal, sinks, biller)
+    return _WinLoop(producer, journal, sinks, biller, caps)
 
 
 def _dedup_stage(

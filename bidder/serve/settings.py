@@ -15,6 +15,7 @@ from pathlib import Path
 from bidder.core.tokens import MIN_KEY_BYTES, check_kid
 from bidder.decide.ratelimit import RateLimits
 from bidder.supply.path import MAX_FEE_BPS, PathPolicy
+from pacing.config_file import PacingFileError, load_pacing_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "artifact"
@@ -134,6 +135,8 @@ class Settings:
     """How often a worker re-reads its leases (and heartbeats as a live node)."""
     pacing_curves: Path | None = None
     """Directory of named curves (NAME.json) for campaigns' ``pacing_curve``."""
+    pacing_config: Path | None = None
+    """The reconciler's gains, chunk and default curve (``bidsim pacing tune --out``)."""
     breaker_window_s: float = 60.0
     """The reconciler's circuit breaker: spend above 3x target for this long pauses."""
     spend_lag_threshold_s: float = 10.0
@@ -245,7 +248,17 @@ class Settings:
             *self._ledger_checks(),
             *self._stage_checks(),
             *self._dedup_checks(),
+            *self._pacing_config_checks(),
         ]
+
+    def _pacing_config_checks(self) -> list[tuple[bool, str]]:
+        if self.pacing_config is None:
+            return []
+        try:
+            load_pacing_file(self.pacing_config)
+        except PacingFileError as exc:
+            return [(False, f"--pacing-config: {exc}")]
+        return []
 
     def _stage_checks(self) -> list[tuple[bool, str]]:
         return [

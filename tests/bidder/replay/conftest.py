@@ -10,9 +10,9 @@ from tests.bidder.replay.test_replayer import FakeBidder
 
 
 @pytest_asyncio.fixture
-async def fake(aiohttp_server) -> AsyncIterator[FakeBidder]:
-    bidder = FakeBidder()
-    server = await aiohttp_server(bidder.app())
-    bidder.url = f"http://127.0.0.1:{server.port}"
-    yield bidder
-    bidder.release.set()
+async def bidder(aiohttp_server) -> AsyncIterator[FakeBidder]:
+    fake = FakeBidder()
+    server = await aiohttp_server(fake.app())
+    fake.url = f"http://127.0.0.1:{server.port}"
+    yield fake
+    fake.release.set()

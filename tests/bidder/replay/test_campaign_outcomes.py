@@ -33,8 +33,8 @@ KINDS = ["bid-k1"] * 4 + ["bid-k2"] * 3 + ["bid-"] * 2 + ["nobid-capped"] * 2
 
 
 @pytest.mark.asyncio
-async def test_per_campaign_figures_add_up_to_the_totals(fake):
-    result = await replay(records(KINDS), fake.url, options())
+async def test_per_campaign_figures_add_up_to_the_totals(bidder):
+    result = await replay(records(KINDS), bidder.url, options())
     report = to_json(result)
     campaigns = report["campaigns"]
     for figure in ("bids", "wins", "spend_micros"):
@@ -44,9 +44,9 @@ async def test_per_campaign_figures_add_up_to_the_totals(fake):
 
 
 @pytest.mark.asyncio
-async def test_spend_is_measured_against_the_campaign_file_budget(fake):
+async def test_spend_is_measured_against_the_campaign_file_budget(bidder):
     opts = options(budgets=budgets_of([campaign("k1", 2_000_000), campaign("idle")]))
-    result = await replay(records(KINDS), fake.url, opts)
+    result = await replay(records(KINDS), bidder.url, opts)
     campaigns = to_json(result)["campaigns"]
     k1 = campaigns["k1"]
     # Every bid of 5.0 wins at 1.01 CPM: 1,010 micros an impression.
@@ -59,8 +59,8 @@ async def test_spend_is_measured_against_the_campaign_file_budget(fake):
 
 
 @pytest.mark.asyncio
-async def test_the_terminal_report_has_a_row_per_campaign(fake):
-    result = await replay(records(KINDS), fake.url, options())
+async def test_the_terminal_report_has_a_row_per_campaign(bidder):
+    result = await replay(records(KINDS), bidder.url, options())
     table = render_table(result)
     assert "per campaign" in table
     assert "(2 requests answered 'capped')" in table

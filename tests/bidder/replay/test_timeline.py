@@ -30,10 +30,10 @@ def test_answers_other_than_200_and_204_are_errors():
 
 
 @pytest.mark.asyncio
-async def test_a_replay_counts_every_request_and_answer_warm_up_included(fake):
+async def test_a_replay_counts_every_request_and_answer_warm_up_included(bidder):
     opts = options(rate=None, speed=1.0, warmup_s=0.010, timeout_ms=30)
     kinds = ["bid", "nobid-geo", "boom", "hold"] * 5
-    result = await replay(records(kinds), fake.url, opts)
+    result = await replay(records(kinds), bidder.url, opts)
     series = to_json(result)["timeline"]
     assert sum(series["sent"]) == result.requests + result.warmup_requests == 20
     assert (sum(series["bids"]), sum(series["no_bids"])) == (5, 5)
