@@ -110,9 +110,14 @@ def test_the_slowest_answers_name_the_slow_stage(bidder_settings: Settings) -> N
         result = asyncio.run(replay(records, url, options))
     report = to_json(result)["slowest_answers"]
     assert report["timed_answers"] == 100
-    answers = report["answers"][:10]  # the ten slowed requests
+    # Every slowed request is among the slowest kept, named by its stage; on a busy
+    # machine an unslowed one may queue as long, and it names no 20 ms stage (the
+    # loop's timers fire to the millisecond: a 20 ms sleep measures 19-21 ms).
+    answers = report["answers"]
     assert {a["request_id"] for a in answers} <= {f"r{i}" for i in range(100)}
-    for answer in answers:
+    slowed = [a for a in answers if a["stages_us"].get("SlowEveryTenth", 0) >= 15_000]
+    assert len(slowed) == 10
+    for answer in slowed:
         stages = answer["stages_us"]
         assert max(stages, key=stages.get) == "SlowEveryTenth"
     assert "slowest answers" in render_table(result)
