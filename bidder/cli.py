@@ -22,7 +22,8 @@ import orjson
 import uvloop
 
 from bidder.adapters.campaign_store import StoreError
-from bidder.bidstream.generator import DUPLICATE_SHARE, generate, parse_ssp_boost
+from bidder.bidstream.gen_cli import add_command as gen_command
+from bidder.bidstream.identity_cli import add_commands as identity_commands
 from bidder.bidstream.importers.cli import add_commands as import_commands
 from bidder.bidstream.stream import StreamFormatError, StreamRecord, read_stream
 from bidder.core.campaign_docs import load_campaign_file
@@ -97,13 +98,14 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_parser("serve", help="run the bidder (embedded Valkey + moto by default)")
     )
     _replay_parser(sub.add_parser("replay", help="replay a bidstream open-loop and report"))
-    _gen_parser(sub.add_parser("gen", help="generate a realistic bidstream"))
+    gen_command(sub)
     import_commands(sub)
     _campaigns_parser(sub.add_parser("campaigns", help="check or load a campaign file"))
     _report_parser(sub.add_parser("report", help="work with saved replay reports"))
     stack = sub.add_parser("stack", help="run embedded Valkey + moto until Ctrl-C")
     stack.set_defaults(command=_cmd_stack)
     pacing_commands(sub)
+    identity_commands(sub)
     model_commands(sub)
     return parser
 
@@ -320,47 +322,7 @@ def _read_report(path: Path) -> dict[str, Any]:
     return report
 
 
-# --- gen, campaigns, stack -------------------------------------------------------------
-
-
-def _gen_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, required=True, help="output file (.jsonl or .jsonl.gz)")
-    p.add_argument("--requests", type=int, required=True)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--rate", type=float, default=400.0, help="mean send rate (req/s)")
-    p.add_argument(
-        "--ssp-boost", action="append", default=[], metavar="SSP=FACTOR",
-        help="multiply one SSP's share of the traffic (repeatable), e.g. ssp-delta=10",
-    )  # fmt: skip
-    p.add_argument(
-        "--heavy-users", type=int, default=0, metavar="N",
-        help="the N most active people also get --heavy-share of all auctions",
-    )  # fmt: skip
-    p.add_argument("--heavy-share", type=float, default=0.0, metavar="F")
-    p.add_argument(
-        "--duplicate-share", type=float, default=DUPLICATE_SHARE, metavar="F",
-        help="share of auctions sent through 2-3 SSPs (sharing source.tid)",
-    )  # fmt: skip
-    p.set_defaults(command=_cmd_gen)
-
-
-def _cmd_gen(args: argparse.Namespace) -> int:
-    if args.requests <= 0 or args.rate <= 0:
-        raise ValueError("--requests and --rate must be positive")
-    boost = parse_ssp_boost(args.ssp_boost) if args.ssp_boost else None
-    summary = generate(
-        args.out,
-        requests=args.requests,
-        seed=args.seed,
-        mean_rate=args.rate,
-        ssp_boost=boost,
-        heavy_users=args.heavy_users,
-        heavy_share=args.heavy_share,
-        duplicate_share=args.duplicate_share,
-    )
-    print(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode())
-    print(f"wrote {summary.requests} requests to {args.out}", file=sys.stderr)
-    return 0
+# --- campaigns, stack ------------------------------------------------------------------
 
 
 def _campaigns_parser(p: argparse.ArgumentParser) -> None:

@@ -6,6 +6,10 @@ rolling window leaves it, the end of a recency gap. Counts can only grow until t
 (other processes add, never subtract, except a reserve-at-bid release), so until that
 instant the bidder can say "capped" without a round trip. Bounded: least recently
 used entries go first. Times are the caller's clock (epoch ms), like the store's.
+
+The same structure, a key held until an instant, is the count cache of cap classes
+that tolerate stale counts (``FrequencyCapper.fresh``: "read under its caps, and
+that read may stand until T").
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ counted in metrics and re-raised (the caller decides whether to retry the notice
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from fcap import metrics
@@ -27,15 +27,28 @@ class Verdict:
     reservations: Mapping[Subject, Reservation] = field(default_factory=dict)
     """Slots taken for reserve-at-bid subjects: release each one that is not bid."""
     store_error: bool = False
+    unchecked: frozenset[Subject] = frozenset()
+    """Allowed without their counters read (fail-open: store down or no key): their
+    bids carry the unchecked mark (``bidder.core.tokens.CAPS_UNCHECKED``)."""
 
     def allows(self, subject: Subject) -> bool:
         return subject not in self.capped and subject not in self.unavailable
 
 
 class FrequencyCapper:
-    def __init__(self, store: FcapStore, cache: NegativeCache | None = None) -> None:
+    """``cache`` remembers who is capped until when; ``fresh`` remembers, for subjects of
+    a class that tolerates stale counts, who was read under their caps and until when
+    that read may stand in for a new one."""
+
+    def __init__(
+        self,
+        store: FcapStore,
+        cache: NegativeCache | None = None,
+        fresh: NegativeCache | None = None,
+    ) -> None:
         self.store = store
         self.cache = cache if cache is not None else NegativeCache()
+        self.fresh = fresh if fresh is not None else NegativeCache()
 
     async def check(
         self,
@@ -51,8 +64,11 @@ class FrequencyCapper:
         for subject in subjects:
             if not subject.has_caps:
                 continue
-            if self.cache.capped((user_key, household_key, subject.cache_id), now_ms):
+            key = (user_key, household_key, subject.cache_id)
+            if self.cache.capped(key, now_ms):
                 cached.add(subject)
+            elif subject.max_stale_ms and self.fresh.capped(key, now_ms):
+                metrics.FRESH_HITS_BY_CLASS[subject.cap_class].inc()
             else:
                 ask.append(subject)
         if cached:
@@ -61,18 +77,37 @@ class FrequencyCapper:
         if not ask:
             return Verdict(capped=frozenset(cached))
         metrics.CHECKS.inc()
+        for subject in ask:
+            metrics.READS_BY_CLASS[subject.cap_class].inc()
         try:
             result = await self.store.check(ask, user_key, household_key, now_ms, deadline)
         except FcapUnavailable:
             metrics.CHECK_ERRORS.inc()
             closed = frozenset(s for s in ask if s.fail_closed)
-            return Verdict(frozenset(cached), closed, store_error=True)
+            unchecked = frozenset(ask) - closed
+            return Verdict(frozenset(cached), closed, store_error=True, unchecked=unchecked)
         for subject, until in result.capped.items():
             self.cache.put((user_key, household_key, subject.cache_id), until)
         metrics.CAPPED_BY_STORE.inc(len(result.capped))
+        not_under = result.capped.keys() | result.unknown
+        self._remember_fresh(ask, not_under, user_key, household_key, now_ms)
         unavailable = frozenset(s for s in result.unknown if s.fail_closed)
         capped = frozenset(cached | result.capped.keys()) - unavailable
-        return Verdict(capped, unavailable, result.reservations)
+        unchecked = frozenset(result.unknown) - unavailable - capped
+        return Verdict(capped, unavailable, result.reservations, unchecked=unchecked)
+
+    def _remember_fresh(
+        self,
+        asked: Sequence[Subject],
+        not_under: Set[Subject],
+        user_key: str | None,
+        household_key: str | None,
+        now_ms: int,
+    ) -> None:
+        for subject in asked:
+            if subject.max_stale_ms and subject not in not_under:
+                key = (user_key, household_key, subject.cache_id)
+                self.fresh.put(key, now_ms + subject.max_stale_ms)
 
     async def count(
         self,

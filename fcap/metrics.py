@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bidder.core.campaigns import CAP_CLASSES
 from bidder.core.published_metrics import Counter
 
 CHECKS = Counter("bidsim_fcap_checks", "Frequency-cap checks that went to Valkey.")
@@ -14,9 +15,21 @@ STORE_ERRORS = Counter(
 CACHE_HITS = Counter(
     "bidsim_fcap_cache_hits", "Candidates answered 'capped' by the local negative cache."
 )
+READS = Counter(
+    "bidsim_fcap_reads",
+    "Candidates whose counters were read from Valkey, by cap class.",
+    ["cap_class"],
+)
+FRESH_HITS = Counter(
+    "bidsim_fcap_count_cache_hits",
+    "Candidates passed on a recent read (the count cache of loose cap classes), by cap class.",
+    ["cap_class"],
+)
 
 CAPPED_BY_STORE = CAPPED.labels("store")
 CAPPED_BY_CACHE = CAPPED.labels("cache")
 CHECK_ERRORS = STORE_ERRORS.labels("check")
 COUNT_ERRORS = STORE_ERRORS.labels("count")
 RELEASE_ERRORS = STORE_ERRORS.labels("release")
+READS_BY_CLASS = {name: READS.labels(name) for name in CAP_CLASSES}
+FRESH_HITS_BY_CLASS = {name: FRESH_HITS.labels(name) for name in CAP_CLASSES}

@@ -84,6 +84,10 @@ class Subject:
     household_rules: tuple[Rule, ...]
     user_count_rules: tuple[Rule, ...]
     """user_rules plus the advertiser windows of sibling campaigns (write fan-out)."""
+    cap_class: str = "standard"
+    max_stale_ms: int = 0
+    """From the cap class: how long a worker may act on a read that found it under its
+    caps (the count cache, ``FrequencyCapper``); 0 reads on every request."""
     cache_id: int = field(default=0)
     """Stable within a process for the same campaign version; the negative cache key."""
 
@@ -161,6 +165,8 @@ def subject_for(
         user_rules=user,
         household_rules=house,
         user_count_rules=user_count,
+        cap_class=policy.cap_class,
+        max_stale_ms=0 if reserve else policy.max_stale_s * 1000,
         cache_id=hash((campaign.id, creative_id, user_count, house, reserve)),
     )
 

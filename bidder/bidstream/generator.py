@@ -60,6 +60,7 @@ def generate(
     heavy_users: int = 0,
     heavy_share: float = 0.0,
     duplicate_share: float = DUPLICATE_SHARE,
+    multi_id: bool = False,
 ) -> GenSummary:
     """Write a ``requests``-line bidstream to ``out`` and describe it.
 
@@ -74,6 +75,10 @@ def generate(
     ``ssp_boost`` multiplies SSPs' weights (``{"ssp-delta": 10}``: delta sends 10x its
     usual share). ``requests`` and ``mean_rate`` stay totals, so to keep the other SSPs'
     rates unchanged scale both by ``boost_scale(ssp_boost)``.
+
+    ``multi_id``: people use 1-3 devices or browsers, each with its own ids
+    (``Population.faces``); each auction comes from one of them at random. Off, every
+    person has one face and the stream's bytes are those of streams made without it.
     """
     _check_args(requests, seed, mean_rate, day_start)
     _check_heavy(heavy_users, heavy_share)
@@ -84,10 +89,12 @@ def generate(
     fractions = day_fractions(np_rng, len(plan))
     users = population().sample(np_rng, len(plan))
     users = population().with_heavy_users(np_rng, users, heavy_users, heavy_share)
+    faces = np_rng.random(len(plan)).tolist() if multi_id else [0.0] * len(plan)
     span_s = requests / mean_rate
     tally = Tally()
     emit = _Emitter(rng, int(day_start.timestamp() * 1000), tally, shares)
-    write_stream(out, _in_time_order(_events(plan, fractions, users, span_s, emit)))
+    events = _events(plan, fractions, list(zip(users, faces, strict=True)), span_s, emit)
+    write_stream(out, _in_time_order(events))
     return tally.summary(requests, len(plan), seed, span_s)
 
 
@@ -226,13 +233,17 @@ Line = tuple[int, int, bytes]
 
 
 def _events(
-    plan: list[int], fractions: np.ndarray, users: list[int], span_s: float, emit: _Emitter
+    plan: list[int],
+    fractions: np.ndarray,
+    users: list[tuple[int, float]],
+    span_s: float,
+    emit: _Emitter,
 ) -> Iterator[list[Line]]:
-    """Per event (in arrival order), its encoded lines."""
+    """Per event (in arrival order), its encoded lines; ``users``: (person, face draw)."""
     pop = population()
-    for size, fraction, user in zip(plan, fractions.tolist(), users, strict=True):
+    for size, fraction, (user, face) in zip(plan, fractions.tolist(), users, strict=True):
         t_ms, ts = int(fraction * span_s * 1000), emit.day_ms + int(fraction * _DAY_MS)
-        yield emit.event(size, pop.user(user), t_ms, ts)
+        yield emit.event(size, pop.face_of(user, face), t_ms, ts)
 
 
 class _Emitter:

@@ -18,6 +18,13 @@ Heavy users (``with_heavy_users``) are an optional overlay for frequency-cap run
 share of the events is handed to the N most active users, evenly. The head is
 stratified, so those N users are a mix of countries and devices, as real heavy users
 are; each of them then sends ``share / N`` of the stream, enough to meet its caps.
+
+People with several ids (``face``, for multi-id streams): a person (an index) shows up
+as 1-3 *faces*, each a browser or device of their own with its own exchange id, cookie
+(``buyeruid``) and advertising id: 45% of people have one face, 35% two, 20% three. Face
+0 is the user as above. Other faces share the person's home IP (one household) and, when
+the person is logged in (has an ``eid``, a hashed login), that eid: the overlap an
+identity graph links them by. The index is the ground truth of who the person is.
 """
 
 from __future__ import annotations
@@ -37,11 +44,15 @@ _SEED = 2026_01_05
 _HEAD = 4_000
 _HOUSEHOLD_SIZES = ([1, 2, 3, 4], [0.55, 0.25, 0.12, 0.08])
 _USER_CACHE = 50_000
+_FACE_SHARES = (0.45, 0.35, 0.20)
+"""Share of people with 1, 2 and 3 faces (devices or browsers with ids of their own)."""
+MAX_FACES = len(_FACE_SHARES)
 
 
 @dataclass(frozen=True, slots=True)
 class User:
     index: int
+    """The person: the same for every face of one person (the ground truth)."""
     id: str
     buyeruid: str | None
     """Our own id for the user, known only where a cookie sync happened."""
@@ -56,6 +67,8 @@ class User:
     """A UID2-style token when the user is in an identity graph."""
     consent_draw: float
     """Uniform in [0, 1): which TCF choices this user made (see _privacy)."""
+    face: int = 0
+    """Which of the person's devices or browsers this is (0 for single-id streams)."""
 
 
 class Population:
@@ -71,7 +84,7 @@ class Population:
         self._country = _stratified(mass, inv.COUNTRIES.shares(), rng)
         self._device = _stratified(mass, inv.DEVICE_CLASSES.shares(), rng)
         self._household = _households(self._country, rng)
-        self._users: dict[int, User] = {}
+        self._users: dict[tuple[int, int], User] = {}
 
     def sample(self, rng: np.random.Generator, n: int) -> list[int]:
         """``n`` user indexes drawn by activity."""
@@ -93,34 +106,52 @@ class Population:
         heavy = rng.integers(0, min(heavy_users, self.size), size=len(users))
         return [int(h) if t else u for u, t, h in zip(users, taken, heavy, strict=True)]
 
-    def user(self, index: int) -> User:
-        found = self._users.get(index)
+    def user(self, index: int, face: int = 0) -> User:
+        """Person ``index`` as seen through face ``face`` (below ``faces(index)``)."""
+        found = self._users.get((index, face))
         if found is None:
             if len(self._users) >= _USER_CACHE:
                 self._users.clear()  # bounded memory; users are cheap to rebuild
-            found = self._users[index] = self._build(index)
+            found = self._users[index, face] = self._build(index, face)
         return found
 
-    def _build(self, index: int) -> User:
+    def faces(self, index: int) -> int:
+        """How many devices or browsers with ids of their own person ``index`` uses."""
+        draw, total = _uniform(index, b"faces"), 0.0
+        for count, share in enumerate(_FACE_SHARES, start=1):
+            total += share
+            if draw < total:
+                return count
+        return MAX_FACES
+
+    def face_of(self, index: int, draw: float) -> User:
+        """The face a request of person ``index`` comes from, for a uniform ``draw``."""
+        return self.user(index, min(int(draw * self.faces(index)), MAX_FACES - 1))
+
+    def _build(self, index: int, face: int) -> User:
+        def name(what: bytes) -> bytes:  # face 0 keeps the single-id attributes
+            return what if face == 0 else what + b":%d" % face
+
         country = inv.COUNTRIES.values[self._country[index]]
-        device_class = inv.DEVICE_CLASSES.values[self._device[index]]
+        device = self._device[index] if face == 0 else _digest(index, name(b"device"))[0]
+        device_class = inv.DEVICE_CLASSES.values[device % len(inv.DEVICE_CLASSES.values)]
         models = inv.DEVICE_MODELS[device_class]
-        model = models[_digest(index, b"model")[0] % len(models)]
-        lmt = device_class != "desktop" and _uniform(index, b"lmt") < 0.04
+        model = models[_digest(index, name(b"model"))[0] % len(models)]
+        lmt = device_class != "desktop" and _uniform(index, name(b"lmt")) < 0.04
+        synced = _uniform(index, name(b"synced")) < 0.7
         return User(
             index=index,
-            id=_digest(index, b"user.id").hex(),
-            buyeruid=_digest(index, b"buyeruid").hex()[:24]
-            if _uniform(index, b"synced") < 0.7
-            else None,
+            id=_digest(index, name(b"user.id")).hex(),
+            buyeruid=_digest(index, name(b"buyeruid")).hex()[:24] if synced else None,
             country=country,
             device_class=device_class,
             model=model,
             ip=_ip(country, int(self._household[index])),
-            ifa=_ifa(index, upper=model.os == "iOS") if not lmt else _ZERO_IFA,
+            ifa=_ifa(index, model.os == "iOS", name(b"ifa")) if not lmt else _ZERO_IFA,
             lmt=lmt,
             eid=_digest(index, b"uid2").hex() if _uniform(index, b"eids") < 0.4 else None,
             consent_draw=_uniform(index, b"consent"),
+            face=face,
         )
 
 
@@ -168,8 +199,8 @@ def _uniform(index: int, what: bytes) -> float:
     return int.from_bytes(_digest(index, what)[:6], "big") / float(1 << 48)
 
 
-def _ifa(index: int, upper: bool) -> str:
-    h = _digest(index, b"ifa").hex()
+def _ifa(index: int, upper: bool, what: bytes = b"ifa") -> str:
+    h = _digest(index, what).hex()
     ifa = f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:32]}"
     return ifa.upper() if upper else ifa
 

@@ -8,11 +8,13 @@ the campaign). ``ID`` and ``domain`` are shared with the campaign-level checks.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from bidder.core.campaigns import (
+    CAP_CLASSES,
     CAP_SCOPES,
     FIXED_WINDOWS,
     FORMATS,
@@ -21,6 +23,7 @@ from bidder.core.campaigns import (
     CapPolicy,
     Creative,
     FrequencyCap,
+    class_of_flags,
     normalize_domain,
 )
 from bidder.core.validation import Obj, Problems, check_int, check_pattern, check_str
@@ -141,7 +144,7 @@ def _is_json_object(text: str) -> bool:
 # -------------------------------------------------------------- caps and cap policy
 
 _CAP_FIELDS = ("scope", "window", "limit", "min_gap_s")
-_POLICY_FIELDS = ("count_on", "on_store_error", "impressions")
+_POLICY_FIELDS = ("class", "count_on", "on_store_error", "impressions")
 
 
 def frequency_caps(parent: Obj) -> tuple[FrequencyCap, ...]:
@@ -188,11 +191,22 @@ def _window(o: Obj) -> tuple[str, int]:
 
 
 def cap_policy(parent: Obj) -> CapPolicy:
+    """The named class, with the old flags (``count_on``, ``on_store_error``) overriding
+    its parts; flags alone map onto the class they match (``class_of_flags``)."""
     if not parent.has("cap_policy"):
         return CapPolicy()
     o = Obj(parent.doc["cap_policy"], parent.at("cap_policy"), parent.p, _POLICY_FIELDS)
-    return CapPolicy(
-        count_on=o.string("count_on", "win", ("win", "bid")),
-        on_store_error=o.string("on_store_error", "open", ("open", "closed")),
-        impressions=o.string("impressions", "delivered", ("delivered", "viewable")),
+    count_on = o.string("count_on", "", ("win", "bid"))
+    on_error = o.string("on_store_error", "", ("open", "closed"))
+    impressions = o.string("impressions", "delivered", ("delivered", "viewable"))
+    if o.has("class"):
+        name = o.string("class", "standard", tuple(CAP_CLASSES))
+    else:  # the old flags, with their old defaults
+        count_on, on_error = count_on or "win", on_error or "open"
+        name = class_of_flags(count_on, on_error)
+    base = CapPolicy.of_class(name if name in CAP_CLASSES else "standard", impressions)
+    return replace(
+        base,
+        count_on=count_on or base.count_on,
+        on_store_error=on_error or base.on_store_error,
     )

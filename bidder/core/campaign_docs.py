@@ -257,6 +257,7 @@ def campaign_to_doc(c: Campaign) -> dict[str, Any]:
         "creatives": [_creative_doc(creative) for creative in c.creatives],
         "frequency_caps": [_cap_doc(cap) for cap in c.frequency_caps],
         "cap_policy": {
+            "class": c.cap_policy.cap_class,
             "count_on": c.cap_policy.count_on,
             "on_store_error": c.cap_policy.on_store_error,
             "impressions": c.cap_policy.impressions,

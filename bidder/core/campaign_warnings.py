@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from bidder.core.campaigns import Campaign, CapPolicy
+from bidder.core.campaigns import Campaign, CapPolicy, class_of_flags
 
 NEVER_VIEWABLE = frozenset({"audio"})
 """Formats with no pixels to be in view (the MRC standard counts display and video)."""
@@ -25,11 +25,15 @@ def never_in_effect(campaigns: Iterable[Campaign]) -> list[str]:
 def _campaign(c: Campaign) -> list[str]:
     policy = c.cap_policy
     if not c.frequency_caps:
+        # A class other than the default that the flags do not map onto was named in the
+        # file (loose, or a class with a flag overridden); flags are warned one by one.
+        mapped = class_of_flags(policy.count_on, policy.on_store_error)
+        named = policy.cap_class not in (CapPolicy().cap_class, mapped)
         return [
             f"cap_policy.{name} is set but the campaign has no frequency_caps"
             for name in ("count_on", "on_store_error", "impressions")
             if getattr(policy, name) != getattr(CapPolicy(), name)
-        ]
+        ] + (["cap_policy.class is set but the campaign has no frequency_caps"] if named else [])
     if policy.impressions != "viewable":
         return []
     if policy.count_on == "bid":

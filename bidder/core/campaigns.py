@@ -97,6 +97,33 @@ class FrequencyCap:
 
 
 @dataclass(frozen=True, slots=True)
+class CapClass:
+    """What a cap class sets together (docs/fcap.md, "Cap classes")."""
+
+    max_stale_s: int
+    """How old a count the bidder may act on: a worker that read a campaign under its
+    caps for a person does not read them again for that long (0: every request reads)."""
+    on_store_error: str
+    count_on: str
+
+
+CAP_CLASSES = {
+    "loose": CapClass(max_stale_s=30, on_store_error="open", count_on="win"),
+    "standard": CapClass(max_stale_s=0, on_store_error="open", count_on="win"),
+    "tight": CapClass(max_stale_s=0, on_store_error="closed", count_on="win"),
+    "strict": CapClass(max_stale_s=0, on_store_error="closed", count_on="bid"),
+}
+"""Named cap classes, loosest first."""
+
+
+def class_of_flags(count_on: str, on_store_error: str) -> str:
+    """The class the old flags map onto: reserve-at-bid is strict, fail-closed tight."""
+    if count_on == "bid":
+        return "strict"
+    return "tight" if on_store_error == "closed" else "standard"
+
+
+@dataclass(frozen=True, slots=True)
 class CapPolicy:
     count_on: str = "win"
     """'win' (count delivered wins) or 'bid' (reserve a slot when bidding; strict)."""
@@ -104,6 +131,22 @@ class CapPolicy:
     """'open' (bid when the counters cannot be read) or 'closed' (do not)."""
     impressions: str = "delivered"
     """'delivered' or 'viewable': which impressions count against the caps."""
+    cap_class: str = "standard"
+    """The named class the policy starts from; ``count_on`` and ``on_store_error`` given
+    in the file override its parts."""
+    max_stale_s: int = 0
+    """From the class: how stale a count the bidder may act on."""
+
+    @classmethod
+    def of_class(cls, name: str, impressions: str = "delivered") -> CapPolicy:
+        parts = CAP_CLASSES[name]
+        return cls(
+            count_on=parts.count_on,
+            on_store_error=parts.on_store_error,
+            impressions=impressions,
+            cap_class=name,
+            max_stale_s=parts.max_stale_s,
+        )
 
 
 @dataclass(frozen=True, slots=True)

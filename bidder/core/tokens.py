@@ -4,13 +4,17 @@ Every bid's nurl and burl carry ``t=<token>``; the notice handler trusts nothing
 notice but the token and the clearing price. The token is::
 
     <kid> "." base64url(body || tag)                      (no padding)
-    body = version(1) | bid_id(8) | max_price_cpm_micros(8) | issued_ms(8)
+    body = version(1) | flags(1) | bid_id(8) | max_price_cpm_micros(8) | issued_ms(8)
            | imp_id | campaign_id | advertiser | creative_id | user_key | household_key
     tag  = BLAKE2b(key = key[kid], digest_size = 16)(kid "." body)
 
 Integers are big-endian unsigned; each string is UTF-8 with a length prefix of one
 byte (< 128) or two (high bit set, 15 bits). An absent user or household key is the
-empty string. ``kid`` (1-16 of ``[A-Za-z0-9_-]``) names the signing key, so keys
+empty string. ``flags`` bit 0 (``CAPS_UNCHECKED``) marks a bid made without a
+frequency-cap check (the store could not be read and the campaign's cap class fails
+open): its impression is over-cap risk, carried to the ledger entry; the bit is signed
+like the rest, and ``read_flags`` lets a party without the key count marked bids.
+``kid`` (1-16 of ``[A-Za-z0-9_-]``) names the signing key, so keys
 rotate: sign with the new key, keep verifying with the old one until every token it
 signed has passed the notice window, then drop it. The tag is bound to the kid. A key
 longer than BLAKE2b's 64-byte limit is first hashed to 64 bytes (as HMAC hashes a key
@@ -40,12 +44,13 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-VERSION = 2
+VERSION = 3
+CAPS_UNCHECKED = 0x01
 TAG_BYTES = 16
 MAX_TOKEN_CHARS = 2048
 MIN_KEY_BYTES = 32
 _KID = re.compile(r"[A-Za-z0-9_-]{1,16}")
-_HEAD = struct.Struct(">BQQQ")
+_HEAD = struct.Struct(">BBQQQ")
 _TEXTS = 6
 _SHORT_PREFIX = [bytes((size,)) for size in range(0x80)]
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
@@ -72,6 +77,8 @@ class NoticeClaims:
     """The bid price: the exchange may never charge more."""
     issued_ms: int
     """Epoch milliseconds when the bid was made."""
+    caps_unchecked: bool = False
+    """The bid was made without a frequency-cap check (fail-open, counters unread)."""
 
 
 def generate_key() -> str:
@@ -106,15 +113,17 @@ class TokenSigner:
             c.imp_id, c.campaign_id, c.advertiser, c.creative_id,
             c.user_key or "", c.household_key or "",
         )  # fmt: skip
-        return self.sign_packed(c.bid_id, c.max_price_cpm_micros, c.issued_ms, texts).decode()
+        flags = CAPS_UNCHECKED if c.caps_unchecked else 0
+        token = self.sign_packed(c.bid_id, c.max_price_cpm_micros, c.issued_ms, texts, flags)
+        return token.decode()
 
     def sign_packed(
-        self, bid_id: int, max_price_cpm_micros: int, issued_ms: int, texts: bytes
+        self, bid_id: int, max_price_cpm_micros: int, issued_ms: int, texts: bytes, flags: int = 0
     ) -> bytes:
         """The token, as ASCII bytes, of claims whose six strings ``texts`` packs in
         layout order (``pack_texts``). Raises ValueError for an integer out of range."""
         try:
-            body = _HEAD.pack(VERSION, bid_id, max_price_cpm_micros, issued_ms) + texts
+            body = _HEAD.pack(VERSION, flags, bid_id, max_price_cpm_micros, issued_ms) + texts
         except struct.error:
             raise ValueError("token integers must be unsigned 64-bit") from None
         mac = self._active_mac.copy()
@@ -179,7 +188,7 @@ def _b64decode(blob: str) -> bytes:
 
 def _unpack(body: bytes) -> NoticeClaims:
     # Only bodies with a valid tag get here, so a failure is our own bug or a key leak.
-    _, bid_id, max_price, issued_ms = _HEAD.unpack_from(body)
+    _, flags, bid_id, max_price, issued_ms = _HEAD.unpack_from(body)
     texts: list[str] = []
     pos = _HEAD.size
     try:
@@ -198,5 +207,19 @@ def _unpack(body: bytes) -> NoticeClaims:
     imp, campaign, advertiser, creative, user, household = texts
     return NoticeClaims(
         bid_id, imp, campaign, advertiser, creative, user or None, household or None,
-        max_price, issued_ms,
+        max_price, issued_ms, bool(flags & CAPS_UNCHECKED),
     )  # fmt: skip
+
+
+def read_flags(token: str) -> int:
+    """The flags byte of a token of this version, unverified (0 for anything else).
+
+    For reports that count marked bids without the signing key; the notice path
+    trusts only ``TokenSigner.verify``.
+    """
+    _, dot, blob = token.partition(".")
+    try:
+        raw = _b64decode(blob[:4]) if dot and len(blob) >= 4 else b""
+    except TokenError:
+        return 0
+    return raw[1] if len(raw) >= 2 and raw[0] == VERSION else 0

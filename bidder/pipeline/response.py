@@ -30,7 +30,7 @@ import orjson
 
 from bidder.core.campaigns import Campaign, Creative
 from bidder.core.clock import Clock
-from bidder.core.tokens import TokenSigner, pack_texts
+from bidder.core.tokens import CAPS_UNCHECKED, TokenSigner, pack_texts
 from bidder.decide.eligibility import Candidate
 from bidder.openrtb.view import Imp
 from bidder.pipeline.runner import Context, PricedCandidate
@@ -153,12 +153,19 @@ class NoticeUrls:
         return found
 
     def members(
-        self, option: PricedCandidate, template: BidTemplate, user_texts: bytes, now_ms: int
+        self,
+        option: PricedCandidate,
+        template: BidTemplate,
+        user_texts: bytes,
+        now_ms: int,
+        flags: int = 0,
     ) -> bytes:
         """``,"nurl":"…","burl":"…"`` of one bid; raises ``IdsUnavailable`` when no
-        Snowflake id can be issued. ``user_texts``: the user and household keys, packed."""
+        Snowflake id can be issued. ``user_texts``: the user and household keys, packed;
+        ``flags``: the token's flags (``bidder.core.tokens``)."""
         texts = pack_texts(option.candidate.imp.id) + template.token_texts + user_texts
-        token = self._signer.sign_packed(self._next_id(), option.price_cpm_micros, now_ms, texts)
+        price, bid_id = option.price_cpm_micros, self._next_id()
+        token = self._signer.sign_packed(bid_id, price, now_ms, texts, flags)
         query = token + _MACROS
         return b"".join((self._win, query, self._bill, query, b'"'))
 
@@ -172,8 +179,9 @@ def build_response(
     """Serialized BidResponse with one bid per imp that has a priced candidate."""
     now_ms = urls.now_ms()
     user_texts = pack_texts(ctx.user_key or "", ctx.household_key or "")
+    unchecked = ctx.caps_unchecked
     bids = [
-        _bid(next_bid_id(), option, urls, user_texts, now_ms)
+        _bid(next_bid_id(), option, urls, user_texts, now_ms, _flags(option, unchecked))
         for option in winners(ctx.priced, ctx.request.imps)
     ]
     return b"".join(
@@ -189,8 +197,20 @@ def build_response(
     )
 
 
+def _flags(option: PricedCandidate, unchecked: frozenset[tuple[str, str]]) -> int:
+    if not unchecked:
+        return 0
+    candidate = option.candidate
+    return CAPS_UNCHECKED if (candidate.campaign.id, candidate.creative.id) in unchecked else 0
+
+
 def _bid(
-    bid_id: str, option: PricedCandidate, urls: NoticeUrls, user_texts: bytes, now_ms: int
+    bid_id: str,
+    option: PricedCandidate,
+    urls: NoticeUrls,
+    user_texts: bytes,
+    now_ms: int,
+    flags: int,
 ) -> bytes:
     template = urls.template(option.candidate)
     return b"".join(
@@ -202,7 +222,7 @@ def _bid(
             b',"price":',
             orjson.dumps(option.price_cpm_micros / 1_000_000),
             template.head,
-            urls.members(option, template, user_texts, now_ms),
+            urls.members(option, template, user_texts, now_ms, flags),
             template.tail,
         )
     )

@@ -53,6 +53,9 @@ class Context:
     user_key: str | None = None
     """Stage 5's one key for this person (``bidder.decide.identity``); None when anonymous."""
     household_key: str | None = None
+    caps_unchecked: frozenset[tuple[str, str]] = frozenset()
+    """(campaign id, creative id) of candidates that passed stage 7 without a cap check
+    (fail-open); their bids carry the unchecked mark."""
     profile: Any = None
     """The user's profile when stage 5 had it in cache (``bidder.decide.profile_cache``)."""
     held: bool = False

@@ -11,6 +11,7 @@ from bidder.core.tasks import TaskSet
 from bidder.decide.consent import ConsentPolicy, evaluate
 from bidder.decide.eligibility import Candidate, EligibilityPolicy, select
 from bidder.decide.identity import identify
+from bidder.decide.identity_graph import IdentityGraph
 from bidder.decide.profile_cache import ProfileCache
 from bidder.pipeline.campaign_book import CampaignBook
 from bidder.pipeline.runner import Context, PricedCandidate, StageResult
@@ -73,9 +74,12 @@ class ProfileStage:
     bid needs one. Without consent to personalize, no key is formed at all.
     """
 
-    def __init__(self, cache: ProfileCache, miss_nobid: bool = False):
+    def __init__(
+        self, cache: ProfileCache, miss_nobid: bool = False, graph: IdentityGraph | None = None
+    ):
         self._cache = cache
         self._miss_nobid = miss_nobid
+        self._graph = graph
 
     def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
         if not ctx.personalize:
@@ -85,6 +89,8 @@ class ProfileStage:
             return None
         found = self._cache.lookup(ctx.user_key)
         ctx.profile = found.profile
+        if self._graph is not None:  # caps (and the notice token) count the person
+            ctx.user_key = self._graph.cap_key(ctx.user_key)
         return NoBid.PROFILE_MISS if self._miss_nobid and not found.hit else None
 
 
@@ -159,6 +165,9 @@ class FcapStage:
         )
         if verdict.reservations:
             ctx.finishers.append(lambda bids: self._release_unbid(verdict, bids))
+        if verdict.unchecked:
+            unchecked = verdict.unchecked
+            ctx.caps_unchecked = frozenset((s.campaign_id, s.creative_id) for s in unchecked)
         ctx.candidates = [c for c, subject in pairs if verdict.allows(subject)]
         if ctx.candidates:
             return None

@@ -3,14 +3,20 @@
 An auction (a 200 with at least one bid) is decided by the synthetic market model or by
 the stream line's recorded clearing price (``bidder.bidstream.auction``); the totals
 keep both apart so a report shows how much of a replay each one decided.
+
+``unchecked_wins`` counts won bids whose notice token carries the unchecked mark
+(``bidder.core.tokens.CAPS_UNCHECKED``): the bidder made them without a frequency-cap
+check, so they are the replay's counted over-cap risk.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
-from bidder.bidstream.auction import MODELS, Settlement
+from bidder.bidstream.auction import MODELS, Settlement, Win
+from bidder.core.tokens import CAPS_UNCHECKED, read_flags
 
 
 @dataclass(slots=True)
@@ -30,6 +36,8 @@ class AuctionTotals:
     notices_sent: int = 0
     notices_ok: int = 0
     notices_failed: int = 0
+    unchecked_wins: int = 0
+    """Wins whose bid was made without a frequency-cap check."""
     models: dict[str, ModelTotals] = field(
         default_factory=lambda: {model: ModelTotals() for model in MODELS}
     )
@@ -41,11 +49,21 @@ class AuctionTotals:
         self.bids += settlement.bids
         self.wins += len(settlement.wins)
         self.spend_micros += spend
+        self.unchecked_wins += sum(1 for win in settlement.wins if caps_unchecked(win))
         if settlement.bids:
             model = self.models[settlement.model]
             model.auctions += 1
             model.wins += len(settlement.wins)
             model.spend_micros += spend
+
+
+def caps_unchecked(win: Win) -> bool:
+    """Whether the won bid's token carries the unchecked mark (read, not verified)."""
+    url = win.nurl or win.burl
+    if not url:
+        return False
+    token = dict(parse_qsl(urlsplit(url).query)).get("t", "")
+    return bool(read_flags(token) & CAPS_UNCHECKED)
 
 
 def auction_json(a: AuctionTotals) -> dict[str, Any]:
@@ -57,6 +75,7 @@ def auction_json(a: AuctionTotals) -> dict[str, Any]:
         "notices_sent": a.notices_sent,
         "notices_ok": a.notices_ok,
         "notices_failed": a.notices_failed,
+        "unchecked_wins": a.unchecked_wins,
         "models": {
             name: {"auctions": m.auctions, "wins": m.wins, "spend_micros": m.spend_micros}
             for name, m in a.models.items()

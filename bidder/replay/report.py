@@ -353,6 +353,7 @@ def _auction(result: ReplayResult) -> str:
             f"  spend         ${a.spend_micros / 1_000_000:,.6f}  ({a.spend_micros:,} micros)",
             f"  notices       sent {a.notices_sent:,}"
             f"  ok {a.notices_ok:,}  failed {a.notices_failed:,}",
+            f"  fcap          {a.unchecked_wins:,} wins bid without a cap check (fail-open)",
             *(
                 f"  {name + ' model':<18}{m.auctions:,} auctions decided"
                 f"  wins {m.wins:,}  spend {m.spend_micros:,} micros"

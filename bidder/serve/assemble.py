@@ -32,6 +32,7 @@ from bidder.core.published_metrics import flush, run_flusher
 from bidder.core.tokens import TokenSigner, generate_key
 from bidder.decide.consent import ConsentPolicy
 from bidder.decide.eligibility import EligibilityPolicy
+from bidder.decide.identity_graph import load_graph
 from bidder.decide.profile_cache import ProfileCache
 from bidder.pipeline.auction_claims import AuctionClaims, SupplyDedupStage
 from bidder.pipeline.campaign_book import CampaignBook
@@ -199,7 +200,11 @@ def _stages(
         ConsentStage(ConsentPolicy(vendor_id=settings.tcf_vendor_id)),
         EligibilityStage(book, EligibilityPolicy(bid_on_test=settings.bid_on_test)),
         SupplyChainStage(inputs.supply),
-        ProfileStage(inputs.profiles, miss_nobid=settings.profile_miss == "nobid"),
+        ProfileStage(
+            inputs.profiles,
+            miss_nobid=settings.profile_miss == "nobid",
+            graph=load_graph(settings.identity_graph) if settings.identity_graph else None,
+        ),
         PacingStage(pacer),
         FcapStage(stores.capper, book, clock),
         ScoreStage(inputs.pricer, book),
@@ -286,7 +291,8 @@ async def _capper(
         await store.start(timeout_s=_FCAP_START_TIMEOUT_S)
     except Exception as exc:  # Valkey down at start: serve, the cap policy decides per bid
         log.warning("frequency-cap scripts not loaded yet (loaded on first use): %s", exc)
-    return FrequencyCapper(store, NegativeCache(settings.fcap_cache_entries))
+    entries = settings.fcap_cache_entries
+    return FrequencyCapper(store, NegativeCache(entries), fresh=NegativeCache(entries))
 
 
 async def _warm_up(valkey: AsyncValkey) -> None:

@@ -128,6 +128,10 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("profiles, pacing, frequency caps, scoring")
     g.add_argument("--profile-miss", choices=("continue", "nobid"), default=_D.profile_miss)
     g.add_argument("--profile-ttl-s", type=float, default=_D.profile_ttl_s)
+    g.add_argument(
+        "--identity-graph", type=Path, metavar="FILE",
+        help="caps count per person for the ids this graph knows (bidsim identity build)",
+    )  # fmt: skip
     g.add_argument("--pacing-tick-s", type=float, default=_D.pacing_tick_s)
     g.add_argument(
         "--breaker-window-s", type=float, default=_D.breaker_window_s, metavar="S",
@@ -192,6 +196,7 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         supply_refresh_s=args.supply_refresh_s,
         profile_miss=args.profile_miss,
         profile_ttl_s=args.profile_ttl_s,
+        identity_graph=args.identity_graph,
         pacing_tick_s=args.pacing_tick_s,
         breaker_window_s=args.breaker_window_s,
         spend_lag_threshold_s=args.spend_lag_threshold_s,

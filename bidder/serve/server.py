@@ -32,6 +32,7 @@ from bidder.adapters.campaign_store import CampaignTable
 from bidder.adapters.valkey import connect_sync
 from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
 from bidder.core.tokens import generate_key
+from bidder.decide.identity_graph import load_graph
 from bidder.decide.profiles import ProfileStoreError, ProfileTable
 from bidder.serve.admin import build_admin_app
 from bidder.serve.assemble import pacing_node_id
@@ -77,6 +78,8 @@ class PrepareError(ValueError):
 def prepare_resources(settings: Settings) -> None:
     """What the workers need to exist, made by the supervisor (blocking: boto3)."""
     ModelHandle.load(settings.model_dir)  # raises ArtifactError naming what disagrees
+    if settings.identity_graph is not None:
+        load_graph(settings.identity_graph)  # raises GraphFormatError naming the file
     if settings.aws_endpoint is None:
         raise PrepareError("no AWS endpoint for campaigns, profiles and the spend stream")
     try:

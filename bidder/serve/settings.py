@@ -125,6 +125,9 @@ class Settings:
     """'continue' without a profile, or 'nobid' (PROFILE_MISS) on a cache miss."""
     profile_ttl_s: float = 300.0
     profile_cache_size: int = 200_000
+    identity_graph: Path | None = None
+    """An identity graph file (``bidder.decide.identity_graph``): caps count per person
+    (cluster) for the ids it knows."""
     # Stage 6: pacing.
     pacing_tick_s: float = 5.0
     """The reconciler's tick; leases expire after two missed ticks."""
@@ -272,6 +275,10 @@ class Settings:
             ),
             (self.profile_ttl_s > 0, "--profile-ttl-s must be positive"),
             (self.profile_cache_size >= 1, "--profile-cache-size must be at least 1"),
+            (
+                self.identity_graph is None or self.identity_graph.is_file(),
+                f"--identity-graph: no such file: {self.identity_graph}",
+            ),
             (0.05 <= self.pacing_tick_s <= 3600, "--pacing-tick-s must be 0.05-3600"),
             (self.breaker_window_s > 0, "--breaker-window-s must be above 0"),
             (self.spend_lag_threshold_s >= 0.001, "--spend-lag-threshold-s must be at least 0.001"),

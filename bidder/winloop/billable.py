@@ -16,6 +16,8 @@ from bidder.core.tokens import NoticeClaims
 
 _VERSION = 1
 _CLAIM_FIELDS = frozenset(NoticeClaims.__dataclass_fields__)
+_DEFAULTED_CLAIMS = frozenset({"caps_unchecked"})
+"""Claims a journal line may leave out (their default applies)."""
 
 
 class BillingOutcome(enum.Enum):
@@ -68,7 +70,7 @@ def decode_billable(data: bytes) -> Billable:
     try:
         doc = orjson.loads(data)
         claims = doc["claims"]
-        if doc["v"] != _VERSION or set(claims) != _CLAIM_FIELDS:
+        if doc["v"] != _VERSION or set(claims) | _DEFAULTED_CLAIMS != _CLAIM_FIELDS:
             raise JournalFormatError("unknown version or claim fields")
         billable = Billable(
             NoticeClaims(**claims), doc["kind"], doc["price"], doc["accepted_ms"], doc["ledger_id"]

@@ -254,4 +254,5 @@ def ledger_entry(impression: BilledImpression) -> LedgerEntry:
         cost_micros=impression.cost_micros,
         node=decode(impression.ledger_id).worker,
         ts_ms=impression.ts_ms,
+        caps_unchecked=claims.caps_unchecked,
     )

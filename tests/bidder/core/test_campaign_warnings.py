@@ -58,3 +58,16 @@ def test_campaigns_check_prints_the_warnings_and_still_passes(
     out = capsys.readouterr().out
     assert f"{path}: warning: campaign {first['id']}: cap_policy.impressions 'viewable'" in out
     assert out.rstrip().endswith("all valid, 1 warning")
+
+
+def test_a_cap_class_without_caps_is_warned() -> None:
+    assert never_in_effect([campaign(policy=CapPolicy.of_class("loose"))]) == [
+        "campaign c1: cap_policy.class is set but the campaign has no frequency_caps",
+    ]
+
+
+def test_flags_alone_are_not_warned_again_as_their_class() -> None:
+    warnings = never_in_effect([campaign(policy=CapPolicy.of_class("tight"))])
+    assert warnings == [
+        "campaign c1: cap_policy.on_store_error is set but the campaign has no frequency_caps"
+    ]

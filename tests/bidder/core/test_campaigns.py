@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from bidder.core.campaign_docs import campaign_to_doc, campaigns_from_docs, load_campaign_file
 from bidder.core.campaigns import (
+    CAP_CLASSES,
     CAP_SCOPES,
     CHANNELS,
     FIXED_WINDOWS,
@@ -164,10 +166,13 @@ _targeting = st.builds(
     block_bundles=st.frozensets(st.from_regex(r"[a-z0-9.]{1,20}", fullmatch=True), max_size=3),
 )
 _policies = st.builds(
-    CapPolicy,
-    count_on=st.sampled_from(["win", "bid"]),
-    on_store_error=st.sampled_from(["open", "closed"]),
-    impressions=st.sampled_from(["delivered", "viewable"]),
+    lambda name, count_on, on_error, impressions: replace(
+        CapPolicy.of_class(name, impressions), count_on=count_on, on_store_error=on_error
+    ),
+    st.sampled_from(sorted(CAP_CLASSES)),
+    st.sampled_from(["win", "bid"]),
+    st.sampled_from(["open", "closed"]),
+    st.sampled_from(["delivered", "viewable"]),
 )
 
 

@@ -25,6 +25,7 @@ entries = st.builds(
     cost_micros=_COUNTS,
     node=st.integers(min_value=0, max_value=1023),
     ts_ms=_COUNTS,
+    caps_unchecked=st.booleans(),
 )
 
 
@@ -79,3 +80,14 @@ def test_a_record_missing_a_field_is_refused() -> None:
 def test_decoding_arbitrary_bytes_raises_only_the_format_error(data: bytes) -> None:
     with contextlib.suppress(LedgerFormatError):
         decode_entry(data)
+
+
+def test_an_entry_without_the_unchecked_mark_is_unmarked() -> None:
+    doc = _doc()
+    del doc["caps_unchecked"]
+    assert decode_entry(orjson.dumps(doc)).caps_unchecked is False
+
+
+def test_the_unchecked_mark_must_be_a_boolean() -> None:
+    with pytest.raises(LedgerFormatError, match="caps_unchecked"):
+        decode_entry(orjson.dumps({**_doc(), "caps_unchecked": 1}))

@@ -12,12 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bidder.core.tokens import (
+    CAPS_UNCHECKED,
     VERSION,
     NoticeClaims,
     TokenError,
     TokenSigner,
     generate_key,
     pack_texts,
+    read_flags,
 )
 
 KEY_1, KEY_2 = b"1" * 32, b"2" * 32
@@ -46,6 +48,7 @@ claims = st.builds(
     household_key=st.none() | st.text(min_size=1, max_size=60),
     max_price_cpm_micros=st.integers(0, (1 << 64) - 1),
     issued_ms=st.integers(0, (1 << 64) - 1),
+    caps_unchecked=st.booleans(),
 )
 
 
@@ -69,8 +72,9 @@ def test_signing_prepacked_strings_gives_the_same_token(claims: NoticeClaims) ->
     head = pack_texts(c.imp_id)
     creative = pack_texts(c.campaign_id, c.advertiser, c.creative_id)
     user = pack_texts(c.user_key or "", c.household_key or "")
+    flags = CAPS_UNCHECKED if c.caps_unchecked else 0
     token = SIGNER.sign_packed(
-        c.bid_id, c.max_price_cpm_micros, c.issued_ms, head + creative + user
+        c.bid_id, c.max_price_cpm_micros, c.issued_ms, head + creative + user, flags
     )
     assert token.decode() == SIGNER.sign(claims)
 
@@ -78,7 +82,7 @@ def test_signing_prepacked_strings_gives_the_same_token(claims: NoticeClaims) ->
 def test_the_tag_is_keyed_blake2b_128_of_kid_and_body() -> None:
     raw = _blob(SIGNER.sign(CLAIMS))
     body, tag = bytes(raw[:-16]), bytes(raw[-16:])
-    assert body[0] == VERSION == 2
+    assert body[0] == VERSION == 3
     assert tag == hashlib.blake2b(b"k1." + body, key=KEY_1, digest_size=16).digest()
 
 
@@ -194,3 +198,29 @@ def test_signer_refuses_bad_keys(keys: dict[str, bytes], active: str, message: s
 def test_generated_keys_are_long_and_distinct() -> None:
     first, second = generate_key(), generate_key()
     assert first != second and len(first.encode()) >= 32
+
+
+# ---------------------------------------------------------------------- the unchecked mark
+
+
+def test_a_bid_made_without_a_cap_check_carries_the_mark() -> None:
+    token = SIGNER.sign(dataclasses.replace(CLAIMS, caps_unchecked=True))
+    assert SIGNER.verify(token).caps_unchecked
+    assert read_flags(token) == CAPS_UNCHECKED
+
+
+def test_a_checked_bid_carries_no_mark() -> None:
+    token = SIGNER.sign(CLAIMS)
+    assert not SIGNER.verify(token).caps_unchecked and read_flags(token) == 0
+
+
+def test_the_mark_is_signed() -> None:
+    raw = _blob(SIGNER.sign(CLAIMS))
+    raw[1] ^= CAPS_UNCHECKED
+    with pytest.raises(TokenError, match="bad signature"):
+        SIGNER.verify(_token("k1", bytes(raw)))
+
+
+@given(st.text(max_size=60))
+def test_reading_flags_of_anything_never_raises(text: str) -> None:
+    assert 0 <= read_flags(text) <= 255

@@ -331,6 +331,22 @@ def test_token_carries_the_issue_time() -> None:
     assert _claims(_one_bid()["nurl"]).issued_ms == CLOCK.wall_ms()
 
 
+def test_a_bid_that_passed_without_a_cap_check_carries_the_unchecked_mark() -> None:
+    request = _request("1", "2")
+    ctx = Context(
+        request=request,
+        ssp="ssp-1",
+        received=0.0,
+        priced=[_option(request.imps[0], BANNER), _option(request.imps[1], NATIVE)],
+        caps_unchecked=frozenset({NATIVE}),
+    )
+    response = orjson.loads(build_response(ctx, "bidsim-seat", URLS, bid_id_source()))
+    marks = {
+        bid["impid"]: _claims(bid["nurl"]).caps_unchecked for bid in response["seatbid"][0]["bid"]
+    }
+    assert marks == {"1": False, "2": True}
+
+
 def test_each_bid_gets_its_own_snowflake_id() -> None:
     request = _request(*(str(n) for n in range(5)))
     bids = _bids(request, *(_option(imp) for imp in request.imps))

@@ -13,6 +13,7 @@ from bidder.core.clock import ManualClock
 from bidder.core.nobid import NoBid
 from bidder.decide.consent import ConsentPolicy
 from bidder.decide.eligibility import Candidate
+from bidder.decide.identity_graph import build_graph
 from bidder.decide.profile_cache import ProfileCache
 from bidder.decide.profiles import Profile
 from bidder.openrtb.request import parse_bid_request
@@ -150,4 +151,18 @@ async def test_profile_miss_is_a_nobid_when_configured() -> None:
         NoBid.PROFILE_MISS
     )
     await cache.drain()
+    cache.close()
+
+
+@pytest.mark.asyncio
+async def test_with_a_graph_caps_key_the_person_and_profiles_the_id() -> None:
+    profile = Profile(segments=frozenset({7}), last_click_ms=None, clicks_30d=0)
+    cache = _cache({"b:u1": profile})
+    graph = build_graph(2, [["b:u1", "i:ifa-1"]])
+    stage = ProfileStage(cache, graph=graph)
+    ctx = _ctx(user={"buyeruid": "u1"})
+    stage(ctx, 1.0)
+    await cache.drain()
+    stage(ctx, 1.0)
+    assert (ctx.user_key, ctx.profile) == ("g:b:u1", profile)
     cache.close()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from bidder.bidstream.auction import RECORDED, SYNTHETIC, Settlement, Win
+from bidder.core.tokens import NoticeClaims, TokenSigner
+from bidder.replay.auction_totals import AuctionTotals, auction_json, caps_unchecked
 from bidder.replay.report import ReplayResult, render_table, to_json
 
 
@@ -42,3 +46,23 @@ def test_the_table_shows_both_models() -> None:
     table = render_table(_result())
     assert "synthetic model   1 auctions decided  wins 1  spend 500 micros" in table
     assert "recorded model    2 auctions decided  wins 1  spend 81 micros" in table
+
+
+def _won(claims: NoticeClaims) -> Win:
+    token = TokenSigner({"k1": b"t" * 32}, "k1").sign(claims)
+    url = f"http://127.0.0.1:1/notice/win?t={token}&p=${{AUCTION_PRICE}}"
+    return Win(impid="1", bid_price=2.0, price=1.0, nurl=url, burl=url)
+
+
+_CLAIMS = NoticeClaims(1, "1", "c", "a", "cr", "b:u", None, 2_000_000, 1_767_225_600_000)
+
+
+def test_wins_bid_without_a_cap_check_are_counted() -> None:
+    totals = AuctionTotals()
+    marked = _won(dataclasses.replace(_CLAIMS, caps_unchecked=True))
+    totals.count(Settlement(bids=3, wins=[marked, _won(_CLAIMS), marked]))
+    assert totals.unchecked_wins == 2 and auction_json(totals)["unchecked_wins"] == 2
+
+
+def test_a_win_without_notice_urls_is_not_counted_as_unchecked() -> None:
+    assert not caps_unchecked(Win(impid="1", bid_price=2.0, price=1.0, nurl=None, burl=None))

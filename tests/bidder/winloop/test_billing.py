@@ -205,6 +205,13 @@ def test_ledger_entry_rounds_the_cost_up() -> None:
     assert (ledger_entry(impression).cost_micros, ledger_entry(impression).node) == (2, 5)
 
 
+@pytest.mark.parametrize("mark", [False, True])
+def test_the_ledger_entry_carries_the_tokens_unchecked_mark(mark: bool) -> None:
+    claims = dataclasses.replace(CLAIMS, caps_unchecked=mark)
+    impression = BilledImpression(claims, "win", 1_001, 2, 7 << 22 | 5 << 12, 1)
+    assert ledger_entry(impression).caps_unchecked is mark
+
+
 # ----------------------------------------------------- live app: bad notices change nothing
 
 

@@ -1,0 +1,43 @@
+"""Multi-id people through the whole stack, identity graph off and on (the figures of
+docs/fcap.md, "People, not ids"): without the graph a strict cap is passed once per id
+of a person; with it, strict caps hold and tight ones hold but for bids in flight."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bidder.chaos.identity_caps import Plan, measure
+from bidder.stack.local import LocalStack
+
+
+@pytest.fixture(scope="module")
+def figures(aws_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    def private() -> LocalStack:
+        return LocalStack(aws_endpoint=aws_endpoint)
+
+    workdir = tmp_path_factory.mktemp("identity-caps")
+    return asyncio.run(measure(private, aws_endpoint, Path(workdir), Plan()))
+
+
+def test_without_the_graph_multi_id_people_pass_a_strict_cap(figures: dict[str, Any]) -> None:
+    assert figures["graph_off"]["classes"]["strict"]["over_cap_people"] > 0, figures
+
+
+def test_with_the_graph_strict_caps_hold_but_for_failed_checks(figures: dict[str, Any]) -> None:
+    on = figures["graph_on"]
+    assert on["classes"]["strict"]["over_cap_people"] <= on["check_errors"], figures
+
+
+def test_with_the_graph_tight_caps_hold_but_for_bids_in_flight(figures: dict[str, Any]) -> None:
+    on = figures["graph_on"]
+    assert on["classes"]["tight"]["over_cap_people_beyond_in_flight"] <= on["check_errors"], figures
+
+
+def test_the_graph_cuts_over_cap_people_of_every_class_but_loose(figures: dict[str, Any]) -> None:
+    off, on = figures["graph_off"]["classes"], figures["graph_on"]["classes"]
+    for name in ("standard", "tight", "strict"):
+        assert on[name]["over_cap_people"] < off[name]["over_cap_people"], figures
