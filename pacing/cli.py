@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from bidder.adapters.campaign_store import CampaignTable, StoreError
 from bidder.bidstream.stream import StreamFormatError
+from bidder.core.clock import Clock, SimClockError, SimTime, SystemClock
 from bidder.stack.child import StackError
 from pacing.curves import BUILTIN, Curve, CurveError, curve_from_stream, load_curve_file
 from pacing.pid import PidGains
@@ -34,7 +35,9 @@ from pacing.simulate import Market, Scenario, run
 from pacing.spend_table import SpendStoreError
 from pacing.tune import grid, tune
 
-_USER_ERRORS = (CurveError, StreamFormatError, StoreError, SpendStoreError, StackError, OSError)
+_USER_ERRORS = (
+    CurveError, StreamFormatError, StoreError, SpendStoreError, StackError, SimClockError, OSError
+)  # fmt: skip
 Handler = Callable[[argparse.Namespace], int]
 
 
@@ -109,6 +112,10 @@ def _reconciler_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spend-table", default="bidsim-spend")
     p.add_argument("--campaign-table", default="bidsim-campaigns")
     p.add_argument("--curves", type=Path, metavar="DIR", help="named curves: DIR/NAME.json")
+    p.add_argument(
+        "--sim-clock", metavar="START_MS:SPEED[:AT_MS]",
+        help="run on simulated wall time: START_MS at AT_MS (default now), SPEED x real time",
+    )  # fmt: skip
 
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
@@ -205,8 +212,11 @@ def cmd_reconciler(args: argparse.Namespace) -> int:
     from bidder.adapters.aws import aws_client
     from pacing.curves import load_curve_dir
 
+    clock = _clock(args.sim_clock)
     config = PacingConfig(
-        tick_s=args.tick_s,
+        # Each real tick_s covers speed x as much wall time: the controller and the
+        # leases' lifetime see that, while the ticks themselves come every real tick_s.
+        tick_s=args.tick_s * clock.speed,
         breaker_window_s=args.breaker_window_s,
         lag_threshold_s=args.lag_threshold_s,
     )
@@ -219,7 +229,7 @@ def cmd_reconciler(args: argparse.Namespace) -> int:
     try:
         reconciler = build_reconciler(
             args.valkey, args.aws_endpoint, campaigns_from_store(store), config,
-            args.stream, args.spend_table, args.region, curves=curves,
+            args.stream, args.spend_table, args.region, clock=clock, curves=curves,
             valkey_cluster=args.valkey_cluster,
         )  # fmt: skip
     except RedisError as exc:
@@ -227,6 +237,13 @@ def cmd_reconciler(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    print(f"bidsim: reconciler ticking every {args.tick_s:g} s", file=sys.stderr)
-    run_reconciler(reconciler, args.tick_s, stop)
+    on_sim = f" (simulated: {config.tick_s:g} s each)" if args.sim_clock else ""
+    print(f"bidsim: reconciler ticking every {args.tick_s:g} s{on_sim}", file=sys.stderr)
+    run_reconciler(reconciler, args.tick_s, stop, clock)
     return 0
+
+
+def _clock(sim_clock: str | None) -> Clock:
+    if sim_clock is None:
+        return SystemClock()
+    return SimTime.parse(sim_clock, SystemClock().wall_ms()).clock()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bidder.core.clock import SimClockError, SimTime, SystemClock
 from bidder.decide.ratelimit import RateLimitError, RateLimits, parse_rate_limits
 from bidder.serve.settings import Settings, SettingsError
 from bidder.supply.path import PolicyError, parse_domains, parse_fees, parse_preference
@@ -138,6 +139,11 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
         help="the reconciler grants no lease while the spend stream is over S seconds behind",
     )  # fmt: skip
     g.add_argument("--lease-refresh-s", type=float, default=_D.lease_refresh_s)
+    g.add_argument(
+        "--sim-clock", metavar="START_MS:SPEED[:AT_MS]",
+        help="workers and reconciler on simulated wall time: START_MS at AT_MS (default now), "
+        "then SPEED x real time; deadlines and timeouts stay real",
+    )  # fmt: skip
     g.add_argument("--pacing-curves", type=Path, metavar="DIR")
     g.add_argument("--no-reconciler", action="store_true", help="a reconciler runs elsewhere")
     g.add_argument("--fcap-check-timeout-ms", type=float, default=_D.fcap_check_timeout_ms)
@@ -208,6 +214,7 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         ssp_preference=preference,
         ssp_fees_bps=fees,
         ssp_domains=domains,
+        sim_clock=_sim_clock(args.sim_clock),
     ).validate()
 
 
@@ -233,6 +240,15 @@ def _rate_limits(args: argparse.Namespace) -> RateLimits:
     try:
         return parse_rate_limits(args.rate_limit, args.rate_limit_default)
     except RateLimitError as exc:
+        raise SettingsError(f"invalid settings:\n  {exc}") from None
+
+
+def _sim_clock(text: str | None) -> SimTime | None:
+    if text is None:
+        return None
+    try:
+        return SimTime.parse(text, SystemClock().wall_ms())
+    except SimClockError as exc:
         raise SettingsError(f"invalid settings:\n  {exc}") from None
 
 

@@ -38,6 +38,8 @@ def reconciler_argv(settings: Settings) -> list[str]:
     ]  # fmt: skip
     if settings.valkey_cluster:
         argv.append("--valkey-cluster")
+    if settings.sim_clock is not None:
+        argv += ["--sim-clock", settings.sim_clock.text]
     if settings.pacing_curves is not None:
         argv += ["--curves", str(settings.pacing_curves)]
     return argv

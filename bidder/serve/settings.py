@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bidder.core.clock import Clock, SimTime, SystemClock
 from bidder.core.tokens import MIN_KEY_BYTES, check_kid
 from bidder.decide.ratelimit import RateLimits
 from bidder.supply.path import MAX_FEE_BPS, PathPolicy
@@ -93,6 +94,12 @@ class Settings:
     """A wall clock step back larger than this stops id issue until it catches up."""
     key_namespace: str = "bidsim"
     """Prefix of the Valkey keys of id leases and billing dedup."""
+    sim_clock: SimTime | None = None
+    """Wall time of every worker and the reconciler (``--sim-clock``); None: the real one."""
+
+    def clock(self) -> Clock:
+        """The clock the workers and the reconciler run on."""
+        return self.sim_clock.clock() if self.sim_clock is not None else SystemClock()
 
     @property
     def notice_base_url(self) -> str:
