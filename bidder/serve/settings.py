@@ -96,6 +96,8 @@ class Settings:
     """Prefix of the Valkey keys of id leases and billing dedup."""
     sim_clock: SimTime | None = None
     """Wall time of every worker and the reconciler (``--sim-clock``); None: the real one."""
+    budget_scale: float = 1.0
+    """Campaigns' daily budgets x this when loaded (a stream sampled 1/N: 1/N)."""
 
     def clock(self) -> Clock:
         """The clock the workers and the reconciler run on."""
@@ -268,6 +270,10 @@ class Settings:
             (self.profile_cache_size >= 1, "--profile-cache-size must be at least 1"),
             (0.05 <= self.pacing_tick_s <= 3600, "--pacing-tick-s must be 0.05-3600"),
             (self.breaker_window_s > 0, "--breaker-window-s must be above 0"),
+            (
+                0 < self.budget_scale <= 1_000,
+                f"--budget-scale must be in (0, 1000], got {self.budget_scale}",
+            ),
             (self.spend_lag_threshold_s >= 0.001, "--spend-lag-threshold-s must be at least 0.001"),
             (0.05 <= self.lease_refresh_s <= 60, "--lease-refresh-s must be 0.05-60"),
             (
