@@ -25,10 +25,11 @@ from bidder.adapters.campaign_store import StoreError
 from bidder.bidstream.generator import DUPLICATE_SHARE, generate, parse_ssp_boost
 from bidder.bidstream.importers.cli import add_commands as import_commands
 from bidder.bidstream.stream import StreamFormatError
-from bidder.core.campaign_docs import load_campaign_file
+from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
 from bidder.core.campaigns import CampaignError
-from bidder.replay.command import check_out_dirs, replay_parser
+from bidder.replay.command import check_out_dirs, read_calibration, replay_parser
 from bidder.replay.compare import DEFAULT_THRESHOLD, compare, render_comparison
+from bidder.replay.pacing_figures import sized
 from bidder.serve.cli_options import (
     add_bidder_options,
     local_stack,
@@ -241,6 +242,12 @@ def _campaigns_parser(p: argparse.ArgumentParser) -> None:
     load.add_argument("file", type=Path)
     load.add_argument("--aws-endpoint", metavar="URL", required=True)
     load.set_defaults(command=_cmd_campaigns_load)
+    size = sub.add_parser("size", help="budgets that bind on a stream, from a calibration replay")
+    size.add_argument("file", type=Path)
+    size.add_argument("--supply-from", type=Path, required=True, metavar="REPORT")
+    size.add_argument("--supply-ratio", type=float, default=2.5, metavar="R")
+    size.add_argument("--out", type=Path, required=True)
+    size.set_defaults(command=_cmd_campaigns_size)
 
 
 def _cmd_campaigns_check(args: argparse.Namespace) -> int:
@@ -253,6 +260,19 @@ def _cmd_campaigns_load(args: argparse.Namespace) -> int:
     settings = Settings(aws_endpoint=args.aws_endpoint).validate()
     count = load_campaigns(args.file, settings)
     print(f"loaded {count} campaigns into {settings.campaigns_table} at {args.aws_endpoint}")
+    return 0
+
+
+def _cmd_campaigns_size(args: argparse.Namespace) -> int:
+    check_out_dirs(args.out)
+    calibration = read_calibration(args.supply_from)
+    campaigns = sized(load_campaign_file(args.file), calibration, args.supply_ratio)
+    docs = {"version": 1, "campaigns": [campaign_to_doc(c) for c in campaigns]}
+    args.out.write_bytes(orjson.dumps(docs, option=orjson.OPT_INDENT_2) + b"\n")
+    for c in campaigns:
+        print(f"  {c.id:<32} {c.daily_budget_micros:>14,} micros")
+    print(f"wrote {len(campaigns)} campaigns to {args.out} (spend at rate 1 = "
+          f"{args.supply_ratio:g}x budget)")  # fmt: skip
     return 0
 
 

@@ -101,6 +101,10 @@ def _reconciler_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--region", default="us-east-1")
     p.add_argument("--tick-s", type=float, default=5.0)
     p.add_argument(
+        "--chunk-periods", type=int, default=PacingConfig().chunk_periods_per_day,
+        help="lease chunk = budget / nodes / this (default 288)",
+    )  # fmt: skip
+    p.add_argument(
         "--breaker-window-s", type=float, default=PacingConfig().breaker_window_s, metavar="S",
         help="pause a campaign whose spend stays above 3x its target for S seconds",
     )  # fmt: skip
@@ -219,6 +223,7 @@ def cmd_reconciler(args: argparse.Namespace) -> int:
         tick_s=args.tick_s * clock.speed,
         breaker_window_s=args.breaker_window_s,
         lag_threshold_s=args.lag_threshold_s,
+        chunk_periods_per_day=args.chunk_periods,
     )
     if config.problems():
         raise CurveError("; ".join(f"--{p.replace('_', '-')}" for p in config.problems()))

@@ -15,12 +15,14 @@ import asyncio
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import uvloop
 
 from bidder.bidstream.stream import StreamRecord, read_stream
 from bidder.replay.campaign_outcomes import Budget, budgets_of
+from bidder.replay.pacing_figures import OfflineSettings, pacing_section, render_pacing
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
 from bidder.replay.stream_clock import (
@@ -58,6 +60,11 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
         "--lead-s", type=float, default=DEFAULT_LEAD_S, metavar="S",
         help="on the stream's clock: the stack's start-up time before the first send",
     )  # fmt: skip
+    p.add_argument(
+        "--supply-from", type=Path, metavar="REPORT",
+        help="a JSON report of this stream replayed with budgets too large to bind: the "
+        "supply of the offline pacing figures",
+    )  # fmt: skip
     p.add_argument("--json", type=Path, metavar="OUT", help="also write the report as JSON")
     p.add_argument("--html", type=Path, metavar="OUT", help="also write the report as HTML")
     p.add_argument("--no-progress", action="store_true")
@@ -90,14 +97,37 @@ def cmd_replay(args: argparse.Namespace) -> int:
         path_policy=settings.path_policy,
         budgets=_budgets(settings),
     )
+    calibration = read_calibration(args.supply_from) if args.supply_from else None
     records = list(read_stream(args.stream))
     clock = _wanted_clock(args, settings, records)
     if args.target:
         result = uvloop.run(_replay_target(args, records, options, clock))
     else:
         result = _replay_embedded(args, records, options, clock)
-    print_report(result, args.json, args.html)
+    report = to_json(result)
+    if clock is not None:
+        offline = OfflineSettings(
+            nodes=settings.workers,
+            tick_s=settings.pacing_tick_s * clock.speed,
+            chunk_periods=settings.chunk_periods,
+            breaker_window_s=settings.breaker_window_s,
+        )
+        report["pacing"] = pacing_section(
+            report["campaigns"], options.budgets, calibration, offline
+        )
+    print_report(result, report, args.json, args.html)
     return 0
+
+
+def read_calibration(path: Path) -> dict[str, Any]:
+    """The campaigns of a saved replay report (``--supply-from``)."""
+    try:
+        campaigns: dict[str, Any] = orjson.loads(path.read_bytes())["campaigns"]
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"--supply-from {path}: not a replay report with campaigns ({exc})"
+        ) from None
+    return campaigns
 
 
 def _wanted_clock(
@@ -199,9 +229,13 @@ def _budgets(settings: Settings) -> dict[str, Budget]:
     return budgets_of(campaigns_of(settings.campaigns_path, settings), named)
 
 
-def print_report(result: ReplayResult, json_out: Path | None, html_out: Path | None) -> None:
+def print_report(
+    result: ReplayResult, report: dict[str, Any], json_out: Path | None, html_out: Path | None
+) -> None:
     print(render_table(result))
-    report = to_json(result)
+    if report.get("pacing"):
+        print()
+        print(render_pacing(report["pacing"]))
     if json_out is not None:
         json_out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
         print(f"report written to {json_out}")
@@ -212,4 +246,4 @@ def print_report(result: ReplayResult, json_out: Path | None, html_out: Path | N
         print(f"HTML report written to {html_out}")
 
 
-__all__ = ["check_out_dirs", "cmd_replay", "print_report", "replay_parser"]
+__all__ = ["check_out_dirs", "cmd_replay", "print_report", "read_calibration", "replay_parser"]

@@ -141,6 +141,10 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument("--lease-refresh-s", type=float, default=_D.lease_refresh_s)
     g.add_argument(
+        "--chunk-periods", type=int, default=_D.chunk_periods, metavar="N",
+        help="lease chunk = daily budget / nodes / N",
+    )  # fmt: skip
+    g.add_argument(
         "--budget-scale", type=float, default=_D.budget_scale, metavar="F",
         help="daily budgets x F (a stream holding 1/N of the supply: 1/N)",
     )  # fmt: skip
@@ -236,6 +240,7 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         ssp_domains=domains,
         sim_clock=_sim_clock(args.sim_clock),
         budget_scale=args.budget_scale,
+        chunk_periods=args.chunk_periods,
     ).validate()
 
 

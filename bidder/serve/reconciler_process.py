@@ -30,6 +30,7 @@ def reconciler_argv(settings: Settings) -> list[str]:
         "--aws-endpoint", settings.aws_endpoint,
         "--region", settings.aws_region,
         "--tick-s", str(settings.pacing_tick_s),
+        "--chunk-periods", str(settings.chunk_periods),
         "--breaker-window-s", str(settings.breaker_window_s),
         "--lag-threshold-s", str(settings.spend_lag_threshold_s),
         "--stream", settings.spend_stream,

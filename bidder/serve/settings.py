@@ -16,6 +16,7 @@ from bidder.core.clock import Clock, SimTime, SystemClock
 from bidder.core.tokens import MIN_KEY_BYTES, check_kid
 from bidder.decide.ratelimit import RateLimits
 from bidder.supply.path import MAX_FEE_BPS, PathPolicy
+from pacing.lease import DEFAULT_CHUNK_PERIODS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "artifact"
@@ -96,6 +97,8 @@ class Settings:
     """Prefix of the Valkey keys of id leases and billing dedup."""
     sim_clock: SimTime | None = None
     """Wall time of every worker and the reconciler (``--sim-clock``); None: the real one."""
+    chunk_periods: int = DEFAULT_CHUNK_PERIODS
+    """Lease chunk = daily budget / nodes / this (the reconciler's ``--chunk-periods``)."""
     budget_scale: float = 1.0
     """Campaigns' daily budgets x this when loaded (a stream sampled 1/N: 1/N)."""
 
@@ -270,6 +273,7 @@ class Settings:
             (self.profile_cache_size >= 1, "--profile-cache-size must be at least 1"),
             (0.05 <= self.pacing_tick_s <= 3600, "--pacing-tick-s must be 0.05-3600"),
             (self.breaker_window_s > 0, "--breaker-window-s must be above 0"),
+            (1 <= self.chunk_periods <= 86_400, "--chunk-periods must be 1-86400"),
             (
                 0 < self.budget_scale <= 1_000,
                 f"--budget-scale must be in (0, 1000], got {self.budget_scale}",
