@@ -246,6 +246,8 @@ def _campaigns_parser(p: argparse.ArgumentParser) -> None:
     size.add_argument("file", type=Path)
     size.add_argument("--supply-from", type=Path, required=True, metavar="REPORT")
     size.add_argument("--supply-ratio", type=float, default=2.5, metavar="R")
+    size.add_argument("--nodes", type=int, default=2, help="bid workers of the paced replay")
+    size.add_argument("--chunk-periods", type=int, default=4, metavar="N", help="its chunk periods")
     size.add_argument("--out", type=Path, required=True)
     size.set_defaults(command=_cmd_campaigns_size)
 
@@ -266,7 +268,8 @@ def _cmd_campaigns_load(args: argparse.Namespace) -> int:
 def _cmd_campaigns_size(args: argparse.Namespace) -> int:
     check_out_dirs(args.out)
     calibration = read_calibration(args.supply_from)
-    campaigns = sized(load_campaign_file(args.file), calibration, args.supply_ratio)
+    chunks = args.nodes * args.chunk_periods
+    campaigns = sized(load_campaign_file(args.file), calibration, args.supply_ratio, chunks)
     docs = {"version": 1, "campaigns": [campaign_to_doc(c) for c in campaigns]}
     args.out.write_bytes(orjson.dumps(docs, option=orjson.OPT_INDENT_2) + b"\n")
     for c in campaigns:

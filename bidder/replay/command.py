@@ -28,6 +28,7 @@ from bidder.replay.report import ReplayResult, render_table, to_json
 from bidder.replay.stream_clock import (
     StreamClock,
     clock_problem,
+    on_clock,
     read_target_clock,
     stream_clock,
     target_problem,
@@ -106,11 +107,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         result = _replay_embedded(args, records, options, clock)
     report = to_json(result)
     if clock is not None:
+        live = on_clock(settings, clock, 0)
         offline = OfflineSettings(
-            nodes=settings.workers,
-            tick_s=settings.pacing_tick_s * clock.speed,
-            chunk_periods=settings.chunk_periods,
-            breaker_window_s=settings.breaker_window_s,
+            nodes=live.workers,
+            tick_s=live.pacing_tick_s * clock.speed,
+            chunk_periods=live.chunk_periods,
+            breaker_window_s=live.breaker_window_s,
         )
         report["pacing"] = pacing_section(
             report["campaigns"], options.budgets, calibration, offline
@@ -184,7 +186,7 @@ def _replay_embedded(
     settings = settings_from_args(args, held_port(), free_port())
     start_at_ms = time.time_ns() // 1_000_000 + round(args.lead_s * 1000)
     if clock is not None:
-        settings = settings.replace(sim_clock=clock.at(start_at_ms))
+        settings = on_clock(settings, clock, start_at_ms)
     with local_stack(args, settings) as stack:
         settings = on_stack(settings, stack)
 

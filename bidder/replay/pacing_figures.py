@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bidder.core.campaigns import Campaign
+from bidder.core.ledger import cost_of
 from bidder.replay.campaign_outcomes import Budget
 from pacing.curves import Curve
 from pacing.reconcile import PacingConfig
@@ -33,6 +34,8 @@ from pacing.simulate import Market, Scenario, run
 BINDS_AT = 1.1
 """Supply at rate 1 over the budget from which a budget binds (noise aside)."""
 KEYS = ("eod_spend_ratio", "max_cum_error_ratio", "hours_in_band_ratio")
+MIN_DAY_WINS = 100
+"""Fewer impressions a day than this leave an hour a handful: noise, not pacing."""
 WHOLE_DAY = 0.999
 """A target of at least this share of the budget covers the day."""
 
@@ -105,17 +108,28 @@ def _offline(
 
 
 def sized(
-    campaigns: Sequence[Campaign], calibration: Mapping[str, Mapping[str, Any]], supply_ratio: float
+    campaigns: Sequence[Campaign],
+    calibration: Mapping[str, Mapping[str, Any]],
+    supply_ratio: float,
+    chunks_per_day: int,
 ) -> list[Campaign]:
-    """The campaigns that spent in the calibration, each with the daily budget its spend
-    at rate 1 covers ``supply_ratio`` times: budgets that bind on that stream."""
-    if not supply_ratio > 0:
-        raise ValueError(f"--supply-ratio must be positive, got {supply_ratio}")
+    """Each campaign with the daily budget its calibrated spend at rate 1 covers
+    ``supply_ratio`` times: budgets that bind on that stream.
+
+    Kept are the campaigns that won at least ``MIN_DAY_WINS x supply_ratio`` impressions
+    in the calibration (fewer leave each hour a handful: noise, not pacing) and whose
+    lease chunk (budget / ``chunks_per_day``, i.e. nodes x chunk periods) covers one
+    impression at the maximum bid: a node admits a bid only when its chunk covers that.
+    """
+    if not supply_ratio > 0 or chunks_per_day < 1:
+        raise ValueError("--supply-ratio must be positive and --nodes, --chunk-periods at least 1")
     out = []
     for campaign in campaigns:
-        spent = (calibration.get(campaign.id) or {}).get("spend_micros", 0)
-        if spent > 0:
-            budget = max(round(spent / supply_ratio), 1)
+        calibrated = calibration.get(campaign.id) or {}
+        budget = round(calibrated.get("spend_micros", 0) / supply_ratio)
+        if calibrated.get("wins", 0) < MIN_DAY_WINS * supply_ratio:
+            continue
+        if budget // chunks_per_day >= cost_of(campaign.max_bid_cpm_micros):
             out.append(dataclasses.replace(campaign, daily_budget_micros=budget))
     return out
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from bidder.bidstream.stream import StreamRecord
 from bidder.core.clock import SimClockError, SimTime
 from bidder.replay.client import split_url
+from bidder.serve.settings import Settings
 from ids.snowflake import EPOCH_MS as ID_EPOCH_MS
 
 MAX_TICK_S = 3600.0
@@ -60,6 +61,21 @@ def stream_clock(records: Sequence[StreamRecord], replay_speed: float) -> Stream
         return None
     ratio = cov / var
     return StreamClock(round(mean_ts - ratio * mean_t), ratio * replay_speed)
+
+
+BREAKER_TICKS = 3
+"""The least reconciler ticks a breaker window spans on a simulated clock."""
+
+
+def on_clock(settings: Settings, clock: StreamClock, real_at_ms: int) -> Settings:
+    """``settings`` for a stack on ``clock`` from ``real_at_ms``.
+
+    The breaker window is simulated time, as is the tick it counts in: a window shorter
+    than a few ticks would trip on the first interval spent in one lump (notices and the
+    spend stream deliver in lumps), so it spans at least ``BREAKER_TICKS`` ticks.
+    """
+    window = max(settings.breaker_window_s, BREAKER_TICKS * settings.pacing_tick_s * clock.speed)
+    return settings.replace(sim_clock=clock.at(real_at_ms), breaker_window_s=window)
 
 
 def clock_problem(clock: StreamClock, pacing_tick_s: float) -> str | None:
@@ -129,4 +145,11 @@ def _get(url: str, timeout_s: float) -> bytes:
     return data
 
 
-__all__ = ["StreamClock", "clock_problem", "read_target_clock", "stream_clock", "target_problem"]
+__all__ = [
+    "StreamClock",
+    "clock_problem",
+    "on_clock",
+    "read_target_clock",
+    "stream_clock",
+    "target_problem",
+]
