@@ -13,6 +13,10 @@ PYVER := $(shell $(PYTHON) -c '$(PYVER_OF)' 2>/dev/null)
 # One stamp per Python version, so a change of version is a missing stamp.
 STAMP := $(VENV)/.installed-$(PYVER)
 
+# Test files run in this many processes (one file stays in one process, with its
+# servers); most tests wait on servers more than they compute.
+TEST_PROCESSES ?= 2
+
 .PHONY: demo test lint venv clean
 
 demo: $(STAMP)
@@ -21,7 +25,7 @@ demo: $(STAMP)
 
 test: $(STAMP) lint
 	@# pytest exits 5 when it collected no test: that is a failure here, not a pass.
-	$(BIN)/pytest; rc=$$?; \
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
 

@@ -26,6 +26,7 @@ from bidder.bidstream.generator import DUPLICATE_SHARE, generate, parse_ssp_boos
 from bidder.bidstream.importers.cli import add_commands as import_commands
 from bidder.bidstream.stream import StreamFormatError
 from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
+from bidder.core.campaign_warnings import never_in_effect
 from bidder.core.campaigns import CampaignError
 from bidder.replay.command import check_out_dirs, read_calibration, replay_parser
 from bidder.replay.compare import DEFAULT_THRESHOLD, compare, render_comparison
@@ -254,7 +255,11 @@ def _campaigns_parser(p: argparse.ArgumentParser) -> None:
 
 def _cmd_campaigns_check(args: argparse.Namespace) -> int:
     campaigns = load_campaign_file(args.file)
-    print(f"{args.file}: {len(campaigns)} campaigns, all valid")
+    warnings = never_in_effect(campaigns)
+    for warning in warnings:
+        print(f"{args.file}: warning: {warning}")
+    plural = "" if len(warnings) == 1 else "s"
+    print(f"{args.file}: {len(campaigns)} campaigns, all valid, {len(warnings)} warning{plural}")
     return 0
 
 

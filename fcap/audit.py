@@ -12,8 +12,8 @@ that cap, so a zero over-delivery means something.
 
 The counters follow the bidder's write fan-out (``Subject.user_count_rules``: an
 advertiser window counts the impressions of every campaign of the advertiser).
-Impressions of viewable-counted campaigns are left out: the replay sends no
-viewability events, so the bidder never counts them.
+Impressions of viewable-counted campaigns are left out: the bidder counts their view
+notices, not their billed impressions, and the audit judges billed impressions.
 
 With ``billed_ms`` (bid id -> when the ledger billed it, hence when its count was
 written), each finding also says how many of the earlier impressions had been

@@ -26,17 +26,22 @@ from bidder.adapters.campaign_store import CampaignTable, StoreError
 from bidder.bidstream.stream import StreamFormatError
 from bidder.core.clock import Clock, SimClockError, SimTime, SystemClock
 from bidder.stack.child import StackError
+from pacing.actual import Actual
+from pacing.actual_options import actuals_from_args, add_actual_options
+from pacing.config_file import PacingFileError, load_pacing_file, pacing_doc
 from pacing.curves import BUILTIN, Curve, CurveError, curve_from_stream, load_curve_file
+from pacing.forecast_error import render, scenario_report
 from pacing.pid import PidGains
 from pacing.reconcile import DEFAULT_GAINS, PacingConfig
 from pacing.reconciler import DEFAULT_STREAM, build_reconciler, campaigns_from_store, run_reconciler
-from pacing.report import day_report
+from pacing.report import day_report, describe
 from pacing.simulate import Market, Scenario, run
 from pacing.spend_table import SpendStoreError
 from pacing.tune import grid, tune
 
 _USER_ERRORS = (
-    CurveError, StreamFormatError, StoreError, SpendStoreError, StackError, SimClockError, OSError
+    CurveError, PacingFileError, StreamFormatError, StoreError, SpendStoreError, StackError,
+    SimClockError, OSError,
 )  # fmt: skip
 Handler = Callable[[argparse.Namespace], int]
 
@@ -57,6 +62,15 @@ def add_commands(subparsers: Any) -> None:
     _scenario_options(tune_p)
     tune_p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     tune_p.add_argument("--quick", action="store_true", help="a 12-setting grid")
+    tune_p.add_argument(
+        "--setting", action="append", default=[], metavar="KP,KI,KD,PERIODS",
+        help="evaluate only these settings (repeatable) instead of a grid",
+    )  # fmt: skip
+    tune_p.add_argument(
+        "--out", type=Path, metavar="FILE",
+        help="write the chosen gains, chunk and curve here (serve/replay/reconciler"
+        " --pacing-config)",
+    )  # fmt: skip
     tune_p.set_defaults(command=cmd_tune)
     rec = subparsers.add_parser("reconciler", help="run the pacing reconciler until Ctrl-C")
     _reconciler_options(rec)
@@ -90,6 +104,7 @@ def _scenario_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-periods", type=int, default=PacingConfig().chunk_periods_per_day,
                    help="chunk = budget / nodes / this (default 288)")  # fmt: skip
     p.add_argument("--json", type=Path, metavar="OUT", help="write the JSON report here")
+    add_actual_options(p)
 
 
 def _reconciler_options(p: argparse.ArgumentParser) -> None:
@@ -116,6 +131,10 @@ def _reconciler_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spend-table", default="bidsim-spend")
     p.add_argument("--campaign-table", default="bidsim-campaigns")
     p.add_argument("--curves", type=Path, metavar="DIR", help="named curves: DIR/NAME.json")
+    p.add_argument(
+        "--pacing-config", type=Path, metavar="FILE",
+        help="gains, chunk and default curve from bidsim pacing tune --out",
+    )  # fmt: skip
     p.add_argument(
         "--sim-clock", metavar="START_MS:SPEED[:AT_MS]",
         help="run on simulated wall time: START_MS at AT_MS (default now), SPEED x real time",
@@ -177,30 +196,84 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from pacing.plots import write_plots
 
     sc = scenario_from_args(args)
+    actuals = actuals_from_args(args)
+    plots_dir = args.plots or (args.json.parent if args.json else Path("pacing-plots"))
+    if actuals:
+        return _simulate_actuals(sc, actuals, args.json, plots_dir)
     ticks = int((sc.end_s - sc.start_s) / sc.config.tick_s)
     with tqdm(total=ticks, desc="simulated day", unit="tick", disable=None) as bar:
         report = day_report(sc, bar.update)
-    plots_dir = args.plots or (args.json.parent if args.json else Path("pacing-plots"))
     trace, asap = run(sc), run(replace(sc, pacing=False))
     report["plots"] = [str(p) for p in write_plots(trace, plots_dir, asap)]
     _emit(report, args.json)
     return 0
 
 
+def _simulate_actuals(
+    sc: Scenario, actuals: dict[str, Actual], out: Path | None, plots_dir: Path
+) -> int:
+    """Each actual day paced and ASAP against its achievable curve: tables, JSON, plots."""
+    from pacing.plots import write_day_plot
+
+    reports = {}
+    for name, actual in tqdm(actuals.items(), desc="days", unit="day", disable=None):
+        reports[name] = scenario_report(replace(sc, actual=actual))
+    plots = [str(write_day_plot(name, report, plots_dir)) for name, report in reports.items()]
+    for name, report in reports.items():
+        print(render(name, report) + "\n")
+    doc = {"scenario": describe(sc), "scenarios": reports, "plots": plots}
+    if out is not None:
+        out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    return 0 if all(r["meets"] for r in reports.values()) else 1
+
+
 @_user_errors
 def cmd_tune(args: argparse.Namespace) -> int:
     sc = scenario_from_args(args)
-    settings = (
+    if args.out is not None and not args.out.parent.is_dir():
+        raise CurveError(f"--out: no such directory: {args.out.parent}")
+    actuals = actuals_from_args(args) or None
+    settings = [_setting(spec) for spec in args.setting] or (
         grid((0.02, 0.03, 0.05), (0.001, 0.002), (0.0,), (288, 5_760)) if args.quick else grid()
     )
     with tqdm(total=len(settings), desc="tuning", unit="setting", disable=None) as bar:
-        result = tune(sc, settings, bar.update, jobs=max(args.jobs, 1))
+        result = tune(sc, settings, bar.update, jobs=max(args.jobs, 1), actuals=actuals)
     _emit(result, args.json)
     best = result["best"]
     if best is None:
         print("bidsim: no setting met the acceptance bounds", file=sys.stderr)
         return 1
+    print(
+        f"best: kp {best['kp']:g}, ki {best['ki']:g}/s, kd {best['kd']:g} s, chunk"
+        f" budget/nodes/{best['chunk_periods_per_day']}; worst-case mean |hourly error|"
+        f" {best['worst_mean_abs_hourly_error']:.3%} over the forecast day and"
+        f" {', '.join(result['scenarios'])}",
+        file=sys.stderr,
+    )
+    if args.out is not None:
+        gains = PidGains(best["kp"], best["ki"], best["kd"])
+        doc = pacing_doc(gains, best["chunk_periods_per_day"], sc.curve, _curve_name(args), best)
+        args.out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        print(f"pacing settings written to {args.out}", file=sys.stderr)
     return 0
+
+
+def _setting(spec: str) -> tuple[float, float, float, int]:
+    try:
+        kp, ki, kd, periods = spec.split(",")
+        setting = (float(kp), float(ki), float(kd), int(periods))
+        PidGains(*setting[:3])
+    except ValueError:
+        raise CurveError(
+            f"--setting: expected KP,KI,KD,PERIODS (gains >= 0), e.g. 0.03,0.001,0,288: {spec!r}"
+        ) from None
+    if setting[3] < 1:
+        raise CurveError(f"--setting: PERIODS must be at least 1, got {spec!r}")
+    return setting
+
+
+def _curve_name(args: argparse.Namespace) -> str:
+    return args.curve if args.curve in BUILTIN else Path(args.curve).stem
 
 
 def _emit(doc: dict[str, Any], path: Path | None) -> None:
@@ -227,7 +300,13 @@ def cmd_reconciler(args: argparse.Namespace) -> int:
     )
     if config.problems():
         raise CurveError("; ".join(f"--{p.replace('_', '-')}" for p in config.problems()))
-    curves = load_curve_dir(args.curves) if args.curves else None
+    curves = load_curve_dir(args.curves) if args.curves else {}
+    if args.pacing_config is not None:
+        settings = load_pacing_file(args.pacing_config)
+        config = settings.apply(config)
+        curves.update(settings.curves())
+        print(f"bidsim: pacing settings from {args.pacing_config}: {settings.summary()}",
+              file=sys.stderr)  # fmt: skip
     store = CampaignTable(
         aws_client("dynamodb", args.aws_endpoint, args.region), args.campaign_table
     )

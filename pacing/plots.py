@@ -1,8 +1,9 @@
-"""PNG plots of a simulated day (matplotlib, Agg backend: no display needed)."""
+"""PNG plots of a simulated day and of forecast-error days (matplotlib, Agg backend)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -60,6 +61,24 @@ def _hourly_error(trace: Trace, path: Path) -> Path:
     ax.set(xlabel="hour (UTC)", ylabel="hourly spend vs target (%)")
     ax.set_title("Per-hour error (band: +-10%)")
     return _save(fig, path)
+
+
+def write_day_plot(name: str, report: dict[str, Any], out_dir: Path) -> Path:
+    """One forecast-error day (``pacing.forecast_error.scenario_report``): hourly spend,
+    paced and ASAP, against the achievable curve and its +-10% band."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    reach = np.array(report["paced"]["hourly_achievable_micros"]) / USD
+    hours = np.arange(len(reach))
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.fill_between(hours, 0.9 * reach, 1.1 * reach, step="mid", alpha=0.2, label="+-10%")
+    ax.step(hours, reach, where="mid", lw=2, label="achievable")
+    for key, label, style in (("paced", "paced", "-"), ("asap", "ASAP (no pacing)", "--")):
+        spend = np.array(report[key]["hourly_spend_micros"]) / USD
+        ax.plot(hours, spend, marker=".", ls=style, lw=1, label=label)
+    ax.set(xlabel="hour (UTC)", ylabel="spend in the hour (USD)", xlim=(-0.5, 23.5))
+    ax.set_title(f"{name}: hourly spend vs what the supply allowed")
+    ax.legend()
+    return _save(fig, out_dir / f"{name}-hourly.png")
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:

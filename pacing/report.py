@@ -8,8 +8,10 @@ ASAP baseline, and returns one flat JSON-able dict. The figures are defined here
 - ``max_cum_error_ratio``: worst |cumulative spend - target| / budget at the 24 hour ends.
 - ``hours_in_band_ratio``: share of hours whose spend is within +-10% of the hour's target.
 - ``step_up_steps`` / ``step_down_steps``: control steps after a +50% / -50% supply step
-  until the per-tick spend is within +-10% of the per-tick target and stays there for
-  the rest of the window (noise-free run: expected values, so only control shows).
+  until the per-tick spend is within +-10% of the per-tick achievable spend (the target
+  where the stepped supply allows it; ``pacing.actual.achievable``, tick by tick) and
+  stays there for the rest of the window (noise-free run: expected values, so only
+  control shows).
 - ``stall_overspend_chunks_per_node``: the most any node spent from the reconciler's
   last tick on, in chunks, with runaway supply (nodes bid on everything and the
   market would take 4 chunks a tick), so only the leases stop it;
@@ -31,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from pacing.actual import achievable
 from pacing.curves import HOUR_S
 from pacing.simulate import Progress, Scenario, Trace, run, timed_run, window
 
@@ -83,10 +86,13 @@ def tracking(trace: Trace) -> dict[str, Any]:
 
 
 def steps_to_band(trace: Trace, at_s: float) -> int | None:
-    """Control steps after ``at_s`` until per-tick spend stays within the band."""
-    tick = trace.scenario.config.tick_s
-    targets = np.array([trace.target_at(t + tick) - trace.target_at(t) for t in trace.t_s])
-    ratio = trace.spend / np.maximum(targets, 1)
+    """Control steps after ``at_s`` until per-tick spend stays within the band around the
+    achievable per-tick spend (the target where supply allows it; ``pacing.actual``)."""
+    sc = trace.scenario
+    tick, by_hour = sc.config.tick_s, sc.available_by_hour()
+    targets = [trace.target_at(t + tick) - trace.target_at(t) for t in trace.t_s]
+    available = [sc.full_rate_spend(t, by_hour) for t in trace.t_s.tolist()]
+    ratio = trace.spend / np.maximum(achievable(targets, available), 1)
     out = np.abs(ratio - 1.0) > BAND
     after = np.flatnonzero(trace.t_s >= at_s - 1e-9)
     outside = [k for k in after if out[k]]

@@ -11,7 +11,9 @@ from the win-price model; the node's ``LeaseAccount`` caps what it may spend.
 
 Supply: ``supply_ratio`` is what the fleet would spend at rate 1 over what the target
 curve asks for, hour by hour when the supply curve is the target curve (``supply``
-None) or a bidstream's shape otherwise. Events (a supply step, a stalled or late
+None) or a bidstream's shape otherwise; ``actual`` (``pacing.actual``) then shifts,
+scales or drops that supply and shifts the market's prices, hour by hour
+(``Scenario.available_by_hour``). Events (a supply step, a stalled or late
 reconciler, a runaway campaign) are switched on by ``Scenario`` fields. The same seed
 gives the same day.
 """
@@ -28,7 +30,8 @@ from functools import cached_property
 import numpy as np
 
 from bidder.core.ledger import cost_of
-from pacing.curves import DAY_MS, DAY_S, STANDARD, Curve
+from pacing.actual import FORECAST, Actual
+from pacing.curves import DAY_MS, DAY_S, HOUR_S, STANDARD, Curve
 from pacing.lease import RATE_SCALE, FleetAccounts, chunk_micros
 from pacing.reconcile import Budget, PacingConfig, Reconcile
 
@@ -58,6 +61,14 @@ class Market:
         )
         return np.array([cost_of(round(c)) for c in cpms], dtype=np.int64)
 
+    def spend_per_request(self) -> float:
+        """Expected micros spent per request bid on: P(win) x the mean price paid."""
+        return self.p_win() * float(self.cost_table().mean())
+
+    def shifted(self, factor: float) -> Market:
+        """The same market with the median clearing price times ``factor``."""
+        return replace(self, median_cpm_micros=round(self.median_cpm_micros * factor))
+
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
@@ -67,6 +78,9 @@ class Scenario:
     supply: Curve | None = None
     """Shape of supply over the day; None: the target curve's shape."""
     supply_ratio: float = 2.5
+    """Forecast spend at rate 1 / target spend, under the base market."""
+    actual: Actual = FORECAST
+    """How the day's real supply and prices differ from the forecast (``pacing.actual``)."""
     market: Market = Market()
     config: PacingConfig = field(default_factory=PacingConfig)
     seed: int = 1
@@ -93,6 +107,31 @@ class Scenario:
         return cfg.chunk_micros or chunk_micros(
             self.budget_micros, self.nodes, cfg.chunk_periods_per_day
         )
+
+    def full_rate_spend(self, now_s: float, by_hour: list[float] | None = None) -> float:
+        """Expected fleet spend at rate 1 in the tick after ``now_s`` (supply step included).
+
+        ``by_hour``: ``available_by_hour()``, when the caller already holds it."""
+        hours = by_hour if by_hour is not None else self.available_by_hour()
+        total, at, end = 0.0, now_s, min(now_s + self.config.tick_s, float(DAY_S))
+        while at < end - 1e-9:  # a tick that crosses an hour takes each hour's share
+            upto = min(end, (int(at // HOUR_S) + 1) * HOUR_S)
+            total += hours[_hour(at)] * (upto - at) / HOUR_S
+            at = upto
+        stepped = self.step_at_s is not None and now_s >= self.step_at_s
+        return total * (self.step_factor if stepped else 1.0)
+
+    def available_by_hour(self) -> list[float]:
+        """Expected spend at rate 1 in each hour of the actual day (no side-run events)."""
+        base = self.market.spend_per_request()
+        dearer = self.market.shifted(self.actual.price_factor).spend_per_request() / base
+        money = {False: 1.0, True: dearer}
+        shape = self.supply or self.curve
+        return [
+            self.supply_ratio * self.budget_micros * self.actual.volume_share(shape, h)
+            * money[self.actual.price_shifted(h)]
+            for h in range(24)
+        ]  # fmt: skip
 
 
 @dataclass
@@ -139,11 +178,12 @@ class _Day:
         self.sc = sc
         self.tick_s = sc.config.tick_s
         self.rng = np.random.default_rng(sc.seed)
-        self.costs = sc.market.cost_table()
-        self.mean_cost = float(self.costs.mean())
+        shifted = sc.market.shifted(sc.actual.price_factor)
+        self.costs = {False: sc.market.cost_table(), True: shifted.cost_table()}
+        self.mean_cost = {k: float(table.mean()) for k, table in self.costs.items()}
+        self.available = sc.available_by_hour()
         self.reconcile = Reconcile(sc.config)
         self.budget = Budget(CAMPAIGN, "sim-advertiser", sc.budget_micros, sc.curve)
-        self.supply = sc.supply or sc.curve
         self.fleet = FleetAccounts(sc.nodes)
         self.applied = sc.curve.target_micros(sc.budget_micros, sc.start_s)
 
@@ -197,27 +237,29 @@ class _Day:
         full = self._full_rate_spend(now_s)
         if sc.runaway_at_s is not None and now_s >= sc.runaway_at_s:
             rate, full = 1.0, full * sc.runaway_factor
-        return self.fleet.spend_up_to(self._draw(full * rate / sc.nodes), now_ms), rate
+        drawn = self._draw(full * rate / sc.nodes, sc.actual.price_shifted(_hour(now_s)))
+        return self.fleet.spend_up_to(drawn, now_ms), rate
 
     def _full_rate_spend(self, now_s: float) -> float:
-        """Expected fleet spend at rate 1 in the interval after ``now_s``."""
-        sc = self.sc
-        share = self.supply.share_at(now_s + self.tick_s) - self.supply.share_at(now_s)
-        factor = sc.step_factor if sc.step_at_s is not None and now_s >= sc.step_at_s else 1.0
-        return sc.supply_ratio * sc.budget_micros * share * factor
+        return self.sc.full_rate_spend(now_s, self.available)
 
-    def _draw(self, per_node_micros: float) -> np.ndarray:
+    def _draw(self, per_node_micros: float, price_shifted: bool) -> np.ndarray:
         """Each node's cost of wins for an expected ``per_node_micros``."""
         nodes = self.sc.nodes
         if self.sc.expected_values:
             return np.full(nodes, round(per_node_micros), dtype=np.int64)
-        wins = self.rng.poisson(per_node_micros / self.mean_cost, nodes)
+        table = self.costs[price_shifted]
+        wins = self.rng.poisson(per_node_micros / self.mean_cost[price_shifted], nodes)
         total = int(wins.sum())
         if total == 0:
             return np.zeros(nodes, dtype=np.int64)
-        costs = self.costs[self.rng.integers(0, len(self.costs), total)]
+        costs = table[self.rng.integers(0, len(table), total)]
         running = np.concatenate(([0], np.cumsum(costs)))
         return np.diff(running[np.concatenate(([0], np.cumsum(wins)))])
+
+
+def _hour(second: float) -> int:
+    return min(int(second // HOUR_S), 23)
 
 
 def timed_run(sc: Scenario, progress: Progress | None = None) -> tuple[Trace, float]:

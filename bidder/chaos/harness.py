@@ -2,16 +2,14 @@
 
 Every scenario starts private servers (``LocalStack``: Valkey or a local cluster, and
 moto), because it injects faults into them. ``live_bidder`` brings up the whole
-service on them with ``running_bidder`` (workers, admin port) and starts the
-reconciler process itself (``reconciler=False`` in the bidder's settings), so the
-scenario holds that process and can stall it. Both are started from the calling
+service on them with ``running_bidder`` (workers, admin port, the reconciler process)
+and hands the scenario that process, so it can stall or kill it. Both are started from the calling
 thread: children die with the thread that started them (``PR_SET_PDEATHSIG``), so a
 scenario runs its stack from the thread that lives as long as it does.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,8 +21,7 @@ from bidder.bidstream.stream import StreamRecord, read_stream
 from bidder.chaos.observe import WATCHED_FLUSH_S
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.serve.assemble import pacing_node_id
-from bidder.serve.reconciler_process import running_reconciler
-from bidder.serve.server import RunningBidder, running_bidder, wait_for_leases
+from bidder.serve.server import RunningBidder, running_bidder
 from bidder.serve.settings import Settings
 from bidder.stack.child import ChildProcess, free_port, held_port
 from bidder.stack.local import LocalStack
@@ -60,7 +57,7 @@ class ScenarioOptions:
 
 def chaos_settings(stack: LocalStack, workdir: Path, **changes: Any) -> Settings:
     """Settings of a full bidder on a scenario's own stack: the bundled campaigns, a 1 s
-    pacing tick, the spool in ``workdir``, the reconciler started by the harness."""
+    pacing tick, the spool in ``workdir``."""
     return (
         Settings(
             port=held_port(),
@@ -72,7 +69,6 @@ def chaos_settings(stack: LocalStack, workdir: Path, **changes: Any) -> Settings
             pacing_tick_s=1.0,
             lease_refresh_s=0.2,
             spool_dir=workdir / "spool",
-            reconciler=False,
             metrics_flush_s=WATCHED_FLUSH_S,
         )
         .replace(**changes)
@@ -112,13 +108,9 @@ async def live_bidder(
     if breaker_window_s is not None:
         settings = settings.replace(breaker_window_s=breaker_window_s).validate()
     own = settings.replace(aws_endpoint=reconciler_aws_endpoint or settings.aws_endpoint)
-    # Started inside ``running_bidder``, so that it publishes to the workers' metrics
-    # directory (the admin port's /metrics).
-    async with running_bidder(settings) as bidder:
-        with running_reconciler(own) as reconciler:
-            live = Live(stack, settings, bidder, reconciler)
-            await asyncio.to_thread(wait_for_leases, settings, live.nodes)
-            yield live
+    async with running_bidder(settings, reconciler_settings=own) as bidder:
+        assert bidder.reconciler is not None  # Settings.reconciler is on
+        yield Live(stack, settings, bidder, bidder.reconciler)
 
 
 def campaign_budgets(path: Path = CAMPAIGNS) -> dict[str, int]:

@@ -54,6 +54,24 @@ class ProbeAnswer:
         return self.status == 200
 
 
+class Background:
+    """A watcher's coroutine (``_run``), run as a task from ``start`` until ``stop``."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
 class Prober:
     def __init__(self, url: str, every_s: float = 0.05, ssp: str = "ssp-alpha") -> None:
         self._url, self._every_s, self._ssp = url, every_s, ssp

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import Candidate
 from bidder.openrtb.view import BidRequest
+from bidder.pipeline.stage_times import StageTimes
 
 StageResult = NoBid | None
 
@@ -59,6 +60,8 @@ class Context:
     (``bidder.pipeline.auction_claims``)."""
     finishers: list[Finisher] = field(default_factory=list)
     """Called once with the bids sent (none on a no-bid), e.g. to release fcap slots."""
+    times: StageTimes | None = None
+    """Per-stage times, when the request asked for them (``stage_times``)."""
 
     def finish(self, bids: Sequence[PricedCandidate]) -> None:
         for finisher in self.finishers:
@@ -82,21 +85,30 @@ async def run_stages(stages: Sequence[Stage], ctx: Context, deadline: float) -> 
     for n, stage in enumerate(stages):
         result = stage(ctx, deadline)
         if result is None:
+            if ctx.times is not None:
+                ctx.times.mark(type(stage).__name__)
             continue
         if isinstance(result, NoBid):
+            if ctx.times is not None:
+                ctx.times.mark(type(stage).__name__)
             return result
         async with asyncio.timeout_at(deadline):
-            return await _run_rest(result, stages[n + 1 :], ctx, deadline)
+            return await _run_rest(result, stages[n:], ctx, deadline)
     return None
 
 
 async def _run_rest(
-    first: Awaitable[StageResult], rest: Sequence[Stage], ctx: Context, deadline: float
+    first: Awaitable[StageResult], stages: Sequence[Stage], ctx: Context, deadline: float
 ) -> NoBid | None:
+    """``first`` is the awaitable of ``stages[0]``; the rest run after it."""
     result = await first
-    for stage in rest:
+    if ctx.times is not None:
+        ctx.times.mark(type(stages[0]).__name__)
+    for stage in stages[1:]:
         if result is not None:
             return result
         answer = stage(ctx, deadline)
         result = answer if answer is None or isinstance(answer, NoBid) else await answer
+        if ctx.times is not None:
+            ctx.times.mark(type(stage).__name__)
     return result

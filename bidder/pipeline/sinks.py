@@ -6,7 +6,9 @@ local, which is what makes a retry safe:
 
 - ``CapCounter`` counts the impression in every cap scope and window of its
   campaign (``fcap``); the count script refuses a second count of one impression
-  id, so a failed count is retried in the background a few times.
+  id, so a failed count is retried in the background a few times. It also counts
+  viewability notices (``on_viewable``) for campaigns whose caps count viewable
+  impressions; the same refusal makes a replayed view notice count once.
 - ``LeaseDebit`` charges the real cost to this node's lease of the campaign
   (``pacing``); it touches only process memory.
 """
@@ -18,9 +20,10 @@ import logging
 
 from bidder.core.clock import Clock
 from bidder.core.tasks import TaskSet
+from bidder.core.tokens import NoticeClaims
 from bidder.pipeline.campaign_book import CampaignBook
 from bidder.winloop.billing import BilledImpression
-from fcap import FcapUnavailable, FrequencyCapper
+from fcap import CountOutcome, FcapUnavailable, FrequencyCapper
 from pacing import NodePacer
 
 log = logging.getLogger(__name__)
@@ -37,38 +40,47 @@ class CapCounter:
         self._retries = TaskSet()
 
     async def on_billed(self, impression: BilledImpression) -> None:
-        try:
-            await self._count(impression)
-        except FcapUnavailable:
-            self._retries.spawn(self._retry(impression))
+        await self._count_or_retry(impression.claims, "win")
 
-    async def _count(self, impression: BilledImpression) -> None:
-        claims = impression.claims
+    async def on_viewable(self, claims: NoticeClaims) -> CountOutcome | None:
+        """Count a verified viewability notice; None when Valkey failed and the count
+        is retried in the background."""
+        return await self._count_or_retry(claims, "viewable")
+
+    async def _count_or_retry(self, claims: NoticeClaims, event: str) -> CountOutcome | None:
+        try:
+            return await self._count(claims, event)
+        except FcapUnavailable:
+            self._retries.spawn(self._retry(claims, event))
+            return None
+
+    async def _count(self, claims: NoticeClaims, event: str) -> CountOutcome:
         subject = self._book.cap_subjects.get((claims.campaign_id, claims.creative_id))
         if subject is None:  # the campaign left the book since the bid: nothing caps it now
-            return
-        await self._capper.count(
+            return CountOutcome.NOT_COUNTED
+        return await self._capper.count(
             str(claims.bid_id),
             subject,
-            "win",
+            event,
             claims.user_key,
             claims.household_key,
             impression_ms=claims.issued_ms,
             now_ms=self._clock.wall_ms(),
         )
 
-    async def _retry(self, impression: BilledImpression) -> None:
+    async def _retry(self, claims: NoticeClaims, event: str) -> None:
         for delay in COUNT_RETRY_DELAYS_S:
             await asyncio.sleep(delay)
             try:
-                await self._count(impression)
+                await self._count(claims, event)
             except FcapUnavailable:
                 continue
             return
         log.error(
-            "frequency count of impression %s (campaign %s) given up after %d retries",
-            impression.claims.bid_id,
-            impression.claims.campaign_id,
+            "frequency count (%s) of impression %s (campaign %s) given up after %d retries",
+            event,
+            claims.bid_id,
+            claims.campaign_id,
             len(COUNT_RETRY_DELAYS_S),
         )
 

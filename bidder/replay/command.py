@@ -33,10 +33,12 @@ from bidder.replay.stream_clock import (
     stream_clock,
     target_problem,
 )
+from bidder.replay.throttle import ThrottleRule
 from bidder.serve.cli_options import add_bidder_options, local_stack, on_stack, settings_from_args
 from bidder.serve.server import campaigns_of, running_bidder
 from bidder.serve.settings import Settings
 from bidder.stack.child import free_port, held_port
+from pacing.config_file import load_pacing_file, settings_in_force, settings_line
 from pacing.curves import BUILTIN, load_curve_dir
 
 DEFAULT_LEAD_S = 20.0
@@ -78,6 +80,19 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
         "--reorder-notices", action="store_true", help="bill before win, spread in a window"
     )
     faults.add_argument("--notice-window-ms", type=float, default=250.0, metavar="MS")
+    exchange = p.add_argument_group("exchange rules")
+    exchange.add_argument(
+        "--no-throttle", action="store_true",
+        help="send every request, however late the answers (pure latency runs)",
+    )  # fmt: skip
+    exchange.add_argument(
+        "--throttle-threshold", type=float, default=0.85, metavar="SHARE",
+        help="cut the request rate below this share of answers within tmax (0-1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--stage-times", type=float, default=1.0, metavar="SHARE",
+        help="share of requests that ask the bidder for its stage times (0-1; default all)",
+    )  # fmt: skip
     add_bidder_options(p)
     p.set_defaults(command=cmd_replay)
 
@@ -97,15 +112,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
         notice_window_ms=args.notice_window_ms,
         path_policy=settings.path_policy,
         budgets=_budgets(settings),
+        throttle=None if args.no_throttle else ThrottleRule(threshold=args.throttle_threshold),
+        stage_times=args.stage_times,
     )
     calibration = read_calibration(args.supply_from) if args.supply_from else None
     records = list(read_stream(args.stream))
     clock = _wanted_clock(args, settings, records)
     if args.target:
         result = uvloop.run(_replay_target(args, records, options, clock))
+        pacing = None
     else:
         result = _replay_embedded(args, records, options, clock)
-    report = to_json(result)
+        pacing = settings_in_force(settings.pacing_config, settings.pacing_tick_s)
+    report = {**to_json(result), "pacing": pacing}
     if clock is not None:
         live = on_clock(settings, clock, 0)
         offline = OfflineSettings(
@@ -114,7 +133,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             chunk_periods=live.chunk_periods,
             breaker_window_s=live.breaker_window_s,
         )
-        report["pacing"] = pacing_section(
+        report["pacing_day"] = pacing_section(
             report["campaigns"], options.budgets, calibration, offline
         )
     print_report(result, report, args.json, args.html)
@@ -228,16 +247,22 @@ def _budgets(settings: Settings) -> dict[str, Budget]:
     named = dict(BUILTIN)
     if settings.pacing_curves is not None:
         named.update(load_curve_dir(settings.pacing_curves))
+    if settings.pacing_config is not None:
+        named.update(load_pacing_file(settings.pacing_config).curves())
     return budgets_of(campaigns_of(settings.campaigns_path, settings), named)
 
 
 def print_report(
     result: ReplayResult, report: dict[str, Any], json_out: Path | None, html_out: Path | None
 ) -> None:
+    """``report["pacing"]``: the settings the embedded bidder ran with (None: a bidder
+    elsewhere); ``report["pacing_day"]``: the day's pacing figures, on the stream's clock."""
     print(render_table(result))
-    if report.get("pacing"):
+    pacing = report.get("pacing")
+    print(settings_line(pacing) if pacing else "pacing: set by the bidder at --target")
+    if report.get("pacing_day"):
         print()
-        print(render_pacing(report["pacing"]))
+        print(render_pacing(report["pacing_day"]))
     if json_out is not None:
         json_out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
         print(f"report written to {json_out}")

@@ -33,7 +33,8 @@ RESAMPLES = 1_000
 INTERVAL = (2.5, 97.5)
 DEFAULT_THRESHOLD = 0.10
 LATENCY_PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))
-_NOT_FIGURES = {"latency_histograms", "timeline", "spend_by_hour", "target_by_hour"}
+_NOT_FIGURES = {"latency_histograms", "timeline", "spend_by_hour", "target_by_hour", "pacing"}
+"""Not measurements: ``pacing`` is the settings the run used, shown beside the figures."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from bidder.core.tasks import TaskSet
 from bidder.replay.auction_totals import AuctionTotals
 from bidder.replay.client import HttpPool, TransportError, split_url
 from bidder.replay.options import ReplayOptions
+from bidder.replay.viewability import ViewTally, dwell_s, is_viewable, view_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,20 +68,40 @@ def _uniforms(key: str, count: int) -> list[float]:
 class NoticeSender:
     """Win (nurl) and billing (burl) notices: fire-and-forget GETs on their own pools."""
 
-    def __init__(self, options: ReplayOptions, totals: AuctionTotals) -> None:
+    def __init__(self, options: ReplayOptions, totals: AuctionTotals, views: ViewTally) -> None:
         self._options = options
+        self._views = views
         self._timeout_s = options.notice_timeout_ms / 1000
         self._connections = options.notice_connections
         self._totals = totals
         self._pools: dict[tuple[str, int], HttpPool] = {}
         self._tasks = TaskSet()
 
-    def send(self, win: Win, measured: bool) -> None:
+    def send(self, win: Win, measured: bool, fmt: str) -> None:
+        """The win's notices; then, when drawn viewable (format ``fmt``), its view notice."""
         urls = [url for url in (win.nurl, win.burl) if url]
         if not urls:
             return
-        for planned in plan_notices(urls, self._options):
+        plan = plan_notices(urls, self._options)
+        for planned in plan:
             self._tasks.spawn(self._call(planned, measured))
+        rates = self._options.view_rates
+        viewable = is_viewable(self._options.market.seed, urls[0], fmt, rates)
+        if measured:
+            self._views.count(fmt, viewable)
+        view = view_url(urls[0]) if viewable else None
+        if view is not None:
+            self._tasks.spawn(self._view(view, plan[0].delay_s + dwell_s(fmt), measured))
+
+    async def _view(self, url: str, delay_s: float, measured: bool) -> None:
+        ok = False
+        try:
+            await asyncio.sleep(delay_s)
+            ok = await self._get(url)
+        finally:
+            if measured:
+                self._views.notices_ok += ok
+                self._views.notices_failed += not ok
 
     async def drain(self, bound_s: float) -> None:
         """Wait up to ``bound_s`` for notices; the rest are cancelled and count as failed."""

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from bidder.bidstream.auction import Market
 from bidder.replay.campaign_outcomes import Budget
 from bidder.replay.schedule import Pacing
+from bidder.replay.throttle import ThrottleRule
+from bidder.replay.viewability import DEFAULT_RATES
 from bidder.supply.path import DEFAULT_POLICY, PathPolicy
 
 
@@ -40,6 +42,12 @@ class ReplayOptions:
     """The bidder's supply-path preferences: ranks copies in the duplicate-auctions report."""
     budgets: Mapping[str, Budget] = field(default_factory=dict)
     """The campaigns' budgets and curves, by id: spend against budget and target."""
+    throttle: ThrottleRule | None = None
+    """The exchange's response-rate rule (``throttle``); None: every request is sent."""
+    view_rates: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
+    """Share of wins per format that become viewable (``viewability``)."""
+    stage_times: float = 0.0
+    """Share (0-1) of requests that ask the bidder for its stage times (``slowest``)."""
 
     def __post_init__(self) -> None:
         positive = (
@@ -55,8 +63,15 @@ class ReplayOptions:
             for name in ("warmup_s", "notice_drain_s", "notice_window_ms")
             if getattr(self, name) < 0
         ]
+        if not 0 <= self.stage_times <= 1:
+            problems.append(f"stage_times must be 0-1, got {self.stage_times}")
         if not 0 <= self.duplicate_notices <= 1:
             problems.append(f"duplicate_notices must be 0-1, got {self.duplicate_notices}")
+        problems += [
+            f"view rate of {fmt} must be 0-1, got {rate}"
+            for fmt, rate in self.view_rates.items()
+            if not 0 <= rate <= 1
+        ]
         if problems:
             raise ValueError("; ".join(problems))
         Pacing(self.speed, self.rate, self.duration_s)  # raises now for a bad pace, not mid-replay

@@ -44,6 +44,7 @@ from tqdm import tqdm
 from bidder.bidstream.auction import settle
 from bidder.bidstream.stream import StreamRecord
 from bidder.core.tasks import TaskSet
+from bidder.pipeline.stage_times import HEADER as STAGE_TIMES
 from bidder.replay._duplicates import DuplicateTally
 from bidder.replay.campaign_outcomes import CampaignOutcomes
 from bidder.replay.client import HttpPool, RequestTemplate, Response, TransportError, split_url
@@ -51,10 +52,14 @@ from bidder.replay.notices import NoticeSender
 from bidder.replay.options import ReplayOptions
 from bidder.replay.report import ReplayResult, record_latency
 from bidder.replay.schedule import Scheduled, schedule
+from bidder.replay.slowest import asks_for_times
+from bidder.replay.throttle import Throttle
+from bidder.replay.viewability import imp_formats
 
 __all__ = ["DEFAULT_PATH", "ReplayOptions", "ReplayResult", "replay"]
 
 DEFAULT_PATH = "/openrtb2/bid"
+_STAGE_TIMES_KEY = STAGE_TIMES.lower()  # the client's answer headers are lower-cased
 LATE_SEND_NS = 1_000_000
 _EARLY_NS = 1_000_000  # one loop-timer tick: how early a due request may go out
 _MAX_UNYIELDED_SENDS = 16  # when behind schedule: sends between yields to the loop
@@ -92,7 +97,7 @@ class _Replay:
         self._host, self._path = f"{host}:{port}", DEFAULT_PATH if path == "/" else path
         self._options = options
         self._pool = HttpPool(host, port, max_connections=options.max_connections)
-        self._templates: dict[str, RequestTemplate] = {}
+        self._templates: dict[tuple[str, bool], RequestTemplate] = {}
         self._inflight = TaskSet()
         self.result = ReplayResult(
             deadline_ms=options.deadline_ms,
@@ -100,7 +105,9 @@ class _Replay:
             campaigns=CampaignOutcomes(dict(options.budgets)),
             warmup_s=options.warmup_s,
         )
-        self._notices = NoticeSender(options, self.result.auction)
+        self._notices = NoticeSender(options, self.result.auction, self.result.views)
+        self._throttle = None if options.throttle is None else Throttle(options.throttle)
+        self.result.pushback.enabled = self._throttle is not None
         self._deadline_ns = round(options.deadline_ms * 1_000_000)
         self._first_send_ns = self._last_send_ns = self._unyielded = self._start_ns = 0
         self.error: BaseException | None = None
@@ -110,7 +117,11 @@ class _Replay:
         self._start_ns = start_ns
         for seq, (offset_s, record) in enumerate(scheduled):
             offset_ns = round(offset_s * 1e9)
-            raw = self._template(record.ssp).build(record.body)
+            if self._throttle is not None and not self._throttle.admit(offset_s):
+                self._withhold(measured=offset_ns >= warmup_ns)
+                continue
+            timed = asks_for_times(seq, self._options.stage_times)
+            raw = self._template(record.ssp, timed).build(record.body)
             await self._wait_until(start_ns + offset_ns)
             task = self._inflight.spawn(
                 self._one(seq, record, raw, start_ns + offset_ns, measured=offset_ns >= warmup_ns)
@@ -119,6 +130,18 @@ class _Replay:
             if seq % _PROGRESS_EVERY == _PROGRESS_EVERY - 1:
                 bar.update(_PROGRESS_EVERY)
         bar.update((seq + 1) % _PROGRESS_EVERY)
+
+    def _withhold(self, *, measured: bool) -> None:
+        pushback = self.result.pushback
+        if measured:
+            pushback.withheld += 1
+        else:
+            pushback.withheld_warmup += 1
+
+    def _judge(self, on_time: bool) -> None:
+        """Tell the exchange's response-rate rule of one answer (or its absence)."""
+        if self._throttle is not None:
+            self._throttle.record((time.perf_counter_ns() - self._start_ns) / 1e9, on_time)
 
     async def _wait_until(self, instant_ns: int) -> None:
         """Sleep until the send instant; when already late, still yield every few sends."""
@@ -138,6 +161,8 @@ class _Replay:
         await self._notices.drain(self._options.notice_drain_s)
 
     async def close(self) -> None:
+        if self._throttle is not None:
+            self.result.pushback.note(self._throttle)
         leftovers = set(self._inflight)
         for task in leftovers:
             task.cancel()
@@ -146,11 +171,13 @@ class _Replay:
         await self._notices.close()
         self.result.duration_s = (self._last_send_ns - self._first_send_ns) / 1e9
 
-    def _template(self, ssp: str) -> RequestTemplate:
-        template = self._templates.get(ssp)
+    def _template(self, ssp: str, timed: bool) -> RequestTemplate:
+        template = self._templates.get((ssp, timed))
         if template is None:
             headers = {"Content-Type": "application/json", "X-Openrtb-Version": "2.6", "X-Ssp": ssp}
-            template = self._templates[ssp] = RequestTemplate(
+            if timed:
+                headers[STAGE_TIMES] = "1"
+            template = self._templates[ssp, timed] = RequestTemplate(
                 "POST", self._host, self._path, headers
             )
         return template
@@ -170,6 +197,7 @@ class _Replay:
         try:
             response = await self._pool.send(raw, loop.time() + self._options.timeout_ms / 1000)
         except TimeoutError:
+            self._judge(False)
             timeline.add("timeouts", time.perf_counter_ns() - self._start_ns)
             if measured:
                 self.result.timeouts += 1
@@ -177,13 +205,15 @@ class _Replay:
                 self.result.ssp(record.ssp).count_timeout(corrected_ns // 1000)
             return
         except TransportError:
+            self._judge(False)
             timeline.add("errors", time.perf_counter_ns() - self._start_ns)
             if measured:
                 self.result.transport_errors += 1
             return
+        self._judge(response.status in (200, 204))
         timeline.add_answer(response.status, response.arrived_ns - self._start_ns)
         if measured:
-            self._count_answer(response, intended_ns, record)
+            self._count_answer(response, intended_ns, record, seq)
         if response.status == 200:
             self._auction(seq, record, response.body, measured)
 
@@ -195,7 +225,9 @@ class _Replay:
         self._first_send_ns = self._first_send_ns or sent_ns
         self._last_send_ns = max(self._last_send_ns, sent_ns)
 
-    def _count_answer(self, response: Response, intended_ns: int, record: StreamRecord) -> None:
+    def _count_answer(
+        self, response: Response, intended_ns: int, record: StreamRecord, seq: int
+    ) -> None:
         result, status, ssp = self.result, response.status, record.ssp
         result.status[status] += 1
         reason = response.headers.get("x-nbr-reason", "unlabelled") if status == 204 else None
@@ -210,6 +242,10 @@ class _Replay:
         result.ssp(ssp).count_answer(status, reason, corrected_ns // 1000)
         held = "x-dedup-held" in response.headers
         result.count_copy(ssp, record.body, status, reason, corrected_ns // 1000, held)
+        times = response.headers.get(_STAGE_TIMES_KEY)
+        if times is not None:
+            outcome = "bid" if status == 200 else reason or str(status)
+            result.slowest.offer(corrected_ns // 1000, record.body, ssp, outcome, times, seq)
 
     def _record(self, intended_ns: int, sent_ns: int, done_ns: int) -> tuple[int, int]:
         """Record both latencies; returns them (ns): corrected, uncorrected."""
@@ -224,9 +260,10 @@ class _Replay:
         if measured:
             self.result.auction.count(settlement)
             self.result.campaigns.count(settlement, record.ts)
-        if self._options.notices:
+        if self._options.notices and settlement.wins:
+            formats = imp_formats(record.body)
             for win in settlement.wins:
-                self._notices.send(win, measured)
+                self._notices.send(win, measured, formats.get(win.impid, ""))
 
     def _note_failure(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None and self.error is None:

@@ -39,7 +39,10 @@ from bidder.replay.campaign_outcomes import (
     outcomes_json,
     render_campaigns,
 )
+from bidder.replay.pushback import Pushback, pushback_json, render_pushback
+from bidder.replay.slowest import SlowestAnswers, render_slowest, slowest_json
 from bidder.replay.timeline import Timeline, timeline_json
+from bidder.replay.viewability import ViewTally, render_views, view_json
 
 LOWEST_US = 1
 HIGHEST_US = 60_000_000
@@ -130,6 +133,9 @@ class ReplayResult:
     campaigns: CampaignOutcomes = field(default_factory=CampaignOutcomes)
     """Per campaign (give it the campaigns' budgets to get budget and target figures)."""
     timeline: Timeline = field(default_factory=Timeline)
+    pushback: Pushback = field(default_factory=Pushback)
+    views: ViewTally = field(default_factory=ViewTally)
+    slowest: SlowestAnswers = field(default_factory=SlowestAnswers)
     warmup_s: float = 0.0
 
     def count_copy(
@@ -232,6 +238,9 @@ def to_json(result: ReplayResult) -> dict[str, Any]:
         "campaigns": outcomes_json(result.campaigns),
         "campaign_sources": SOURCES,
         "timeline": timeline_json(result.timeline, result.warmup_s),
+        "pushback": pushback_json(result.pushback, result.requests, result.auction.spend_micros),
+        "viewability": view_json(result.views),
+        "slowest_answers": slowest_json(result.slowest),
         "latency_histograms": {
             name: getattr(result, name).encode().decode() for name in ("corrected", "uncorrected")
         },
@@ -261,8 +270,11 @@ def render_table(result: ReplayResult) -> str:
         _latency(result),
         _per_ssp(result),
         _auction(result),
+        render_views(result.views),
+        render_pushback(result.pushback, result.requests, result.auction.spend_micros),
         render_campaigns(outcomes_json(result.campaigns), result.nbr_reasons["capped"]),
         _duplicate_auctions(result),
+        render_slowest(result.slowest),
     ]
     return "\n\n".join(sections) + "\n"
 

@@ -39,7 +39,10 @@ from bidder.openrtb.request import InvalidRequest, parse_bid_request
 from bidder.pipeline.campaign_book import CampaignBook
 from bidder.pipeline.response import NoticeUrls, build_response, winners
 from bidder.pipeline.runner import Context, PricedCandidate, Stage, run_stages
+from bidder.pipeline.stage_times import HEADER as STAGE_TIMES
+from bidder.pipeline.stage_times import StageTimes
 from bidder.serve.settings import Settings
+from bidder.serve.view_notice import VIEW_PATH, CountViewable, ViewNoticeHandler
 from bidder.winloop.billable import BillingOutcome
 from bidder.winloop.billing import Biller, BillingUnavailable, ImpressionSink
 from bidder.winloop.notices import NoticeError, parse_notice
@@ -72,6 +75,8 @@ class BidderState:
     """This worker's Snowflake generator (bid and ledger ids); leased worker id."""
     impression_sinks: list[ImpressionSink] = field(default_factory=list)
     """Told of every billed impression (fcap counting, pacing lease debit); append here."""
+    count_viewable: CountViewable | None = None
+    """Counts verified viewability notices (``bidder.serve.view_notice``); None: ignored."""
     background: list[Job] = field(default_factory=list)
     """Forever-running jobs the server starts as tasks and cancels on shutdown."""
     closers: list[Closer] = field(default_factory=list)
@@ -137,16 +142,21 @@ class BidHandler:
         margin = self._margin_s
         if self._shedder.overloaded(now):  # admitted in a lull of an overload
             margin += self._overload_margin_s
+        times = StageTimes() if STAGE_TIMES in request.headers else None
         try:
             # Queueing before the handler counts against the deadline: charge the lag.
-            outcome = await self._decide_in_time(request, now - lag, margin)
+            outcome = await self._decide_in_time(request, now - lag, margin, times)
         finally:
             self._gate.leave()
         if isinstance(outcome, NoBid):
-            return self._answer_nobid(outcome, now)
-        metrics.LATENCY.observe(clock.monotonic() - now)
-        metrics.BIDS.inc()
-        return outcome
+            answer = self._answer_nobid(outcome, now)
+        else:
+            metrics.LATENCY.observe(clock.monotonic() - now)
+            metrics.BIDS.inc()
+            answer = outcome
+        if times is not None:
+            answer.headers[STAGE_TIMES] = times.header()
+        return answer
 
     def _partner_allowed(self, ssp: str) -> bool:
         """Stage 2, the SSP's token bucket: checked on the header, before the body is
@@ -162,10 +172,10 @@ class BidHandler:
         return web.Response(status=204, headers=_NOBID_HEADERS[reason])
 
     async def _decide_in_time(
-        self, request: web.BaseRequest, received: float, margin: float
+        self, request: web.BaseRequest, received: float, margin: float, times: StageTimes | None
     ) -> web.Response | NoBid:
         try:
-            return await self._decide(request, received, margin)
+            return await self._decide(request, received, margin, times)
         except TimeoutError:
             return NoBid.DEADLINE
         except Exception:
@@ -174,17 +184,25 @@ class BidHandler:
             return NoBid.INTERNAL_ERROR
 
     async def _decide(
-        self, request: web.BaseRequest, received: float, margin: float
+        self, request: web.BaseRequest, received: float, margin: float, times: StageTimes | None
     ) -> web.Response | NoBid:
         try:
             body = await self._read(request, self._deadline(received, None, margin))
             bid_request = parse_bid_request(body)
         except InvalidRequest:
             return NoBid.INVALID
+        finally:
+            if times is not None:
+                times.mark("read")
         deadline = self._deadline(received, bid_request.tmax_ms, margin)
         if deadline <= self._state.clock.monotonic():
             return NoBid.DEADLINE
-        ctx = Context(request=bid_request, ssp=request.headers.get("X-Ssp", ""), received=received)
+        ctx = Context(
+            request=bid_request,
+            ssp=request.headers.get("X-Ssp", ""),
+            received=received,
+            times=times,
+        )
         sent: Sequence[PricedCandidate] = ()
         try:
             answer = await self._answer(ctx, deadline)
@@ -208,6 +226,8 @@ class BidHandler:
         except IdsUnavailable:  # no Snowflake id lease: no bid rather than a duplicate id
             metrics.IDS_UNAVAILABLE.inc()
             return NoBid.INTERNAL_ERROR
+        if ctx.times is not None:
+            ctx.times.mark("respond")
         if state.clock.monotonic() > deadline:  # building the response took it past
             return NoBid.DEADLINE
         return web.Response(body=body, headers=_HELD_BID_HEADERS if ctx.held else _BID_HEADERS)
@@ -281,10 +301,10 @@ Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 
 def build_server(state: BidderState) -> web.Server:
-    """The bid port: aiohttp's low-level server with a route table of four entries.
+    """The bid port: aiohttp's low-level server with a route table of five entries.
 
     No ``web.Application``: its router, middleware chain and signals cost about 6 µs of
-    CPU per request (measured on the echo app under wrk), and these three routes need
+    CPU per request (measured on the echo app under wrk), and these five routes need
     none of it. The body cap is enforced by ``read_body`` so an oversized body is a
     204, not a 413; gzip is decoded there too, within the cap (``auto_decompress`` off).
     ``GET /clock`` tells a replay which wall clock the bidder runs on.
@@ -293,6 +313,12 @@ def build_server(state: BidderState) -> web.Server:
         ("POST", BID_PATH): BidHandler(state).handle,
         ("GET", "/notice/win"): NoticeHandler(state, "win").handle,
         ("GET", "/notice/bill"): NoticeHandler(state, "bill").handle,
+        ("GET", VIEW_PATH): ViewNoticeHandler(
+            state.signer,
+            state.clock,
+            round(state.settings.notice_max_age_s * 1000),
+            state.count_viewable,
+        ).handle,
         ("GET", CLOCK_PATH): partial(_clock, state),
     }
     paths = {path for _, path in routes}

@@ -118,6 +118,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         biller=win.biller,
         ids=generator,
         impression_sinks=win.sinks,
+        count_viewable=win.caps.on_viewable,
     )
     # The heartbeat is compared with the reconciler's wall clock: three ticks of it.
     heartbeat_ms = round(3 * settings.pacing_tick_s * 1000 * clock.speed)
@@ -219,6 +220,7 @@ class _WinLoop:
     journal: DeferredJournal
     sinks: list[ImpressionSink]
     biller: Biller
+    caps: CapCounter
 
 
 async def _win_loop(
@@ -233,10 +235,8 @@ async def _win_loop(
     """The win path's parts; ``next_id`` gives ledger ids."""
     producer = await ledger_producer(settings, endpoint, clock)
     journal = await deferred_journal(settings, endpoint, clock)
-    sinks: list[ImpressionSink] = [
-        CapCounter(stores.capper, book, clock),
-        LeaseDebit(pacer),
-    ]
+    caps = CapCounter(stores.capper, book, clock)
+    sinks: list[ImpressionSink] = [caps, LeaseDebit(pacer)]
     biller = Biller(
         stores.valkey,
         producer,
@@ -247,7 +247,7 @@ async def _win_loop(
         namespace=settings.key_namespace,
         deferred=journal,
     )
-    return _WinLoop(producer, journal, sinks, biller)
+    return _WinLoop(producer, journal, sinks, biller, caps)
 
 
 def _dedup_stage(

@@ -154,6 +154,10 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
         "then SPEED x real time; deadlines and timeouts stay real",
     )  # fmt: skip
     g.add_argument("--pacing-curves", type=Path, metavar="DIR")
+    g.add_argument(
+        "--pacing-config", type=Path, metavar="FILE",
+        help="the reconciler's gains, chunk and default curve (bidsim pacing tune --out)",
+    )  # fmt: skip
     g.add_argument("--no-reconciler", action="store_true", help="a reconciler runs elsewhere")
     g.add_argument("--fcap-check-timeout-ms", type=float, default=_D.fcap_check_timeout_ms)
     g.add_argument(
@@ -223,6 +227,7 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         spend_lag_threshold_s=args.spend_lag_threshold_s,
         lease_refresh_s=args.lease_refresh_s,
         pacing_curves=args.pacing_curves,
+        pacing_config=args.pacing_config,
         reconciler=not args.no_reconciler,
         fcap_check_timeout_ms=args.fcap_check_timeout_ms,
         fcap_replica_reads=args.fcap_replica_reads,

@@ -43,6 +43,8 @@ def reconciler_argv(settings: Settings) -> list[str]:
         argv += ["--sim-clock", settings.sim_clock.text]
     if settings.pacing_curves is not None:
         argv += ["--curves", str(settings.pacing_curves)]
+    if settings.pacing_config is not None:
+        argv += ["--pacing-config", str(settings.pacing_config)]
     return argv
 
 

@@ -40,6 +40,7 @@ from bidder.serve.assemble import pacing_node_id
 from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.settings import Settings
 from bidder.serve.workers import PoolCollector, WorkerPool
+from bidder.stack.child import ChildProcess
 from bidder.winloop.spend_stream import ensure_ledger_resources
 from models.scorer import ModelHandle
 from pacing.lease_store import leases_key
@@ -55,6 +56,8 @@ class RunningBidder:
     bid_url: str
     admin_url: str
     pool: WorkerPool
+    reconciler: ChildProcess | None
+    """The reconciler process this bidder started (``Settings.reconciler``)."""
 
 
 def campaigns_of(path: Path, settings: Settings) -> list[Campaign]:
@@ -127,14 +130,21 @@ def with_shared_notice_key(settings: Settings) -> Settings:
 
 
 @contextlib.asynccontextmanager
-async def running_bidder(settings: Settings) -> AsyncIterator[RunningBidder]:
+async def running_bidder(
+    settings: Settings, reconciler_settings: Settings | None = None
+) -> AsyncIterator[RunningBidder]:
+    """``reconciler_settings``: the reconciler's own settings where they differ from the
+    workers' (the same stores reached another way, e.g. through a proxy)."""
     await asyncio.to_thread(prepare_resources, settings)
     settings = with_shared_notice_key(settings)
-    with _metrics_dir() as metrics_dir, contextlib.ExitStack() as reconciler:
+    with _metrics_dir() as metrics_dir, contextlib.ExitStack() as reconciling:
+        reconciler = None
         if settings.reconciler:
             # Started before the workers, so that its start-up overlaps theirs; it
             # grants leases to each node once that node has registered.
-            reconciler.enter_context(running_reconciler(settings))
+            reconciler = reconciling.enter_context(
+                running_reconciler(reconciler_settings or settings)
+            )
         pool = WorkerPool(settings)
         await pool.start()
         runner = web.AppRunner(
@@ -158,10 +168,11 @@ async def running_bidder(settings: Settings) -> AsyncIterator[RunningBidder]:
                 bid_url=f"http://{settings.host}:{settings.port}",
                 admin_url=f"http://{settings.host}:{settings.admin_port}",
                 pool=pool,
+                reconciler=reconciler,
             )
         finally:
             await runner.cleanup()
-            reconciler.close()  # first: no lease is granted to a node that is stopping
+            reconciling.close()  # first: no lease is granted to a node that is stopping
             await pool.stop()
 
 

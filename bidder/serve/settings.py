@@ -16,6 +16,7 @@ from bidder.core.clock import Clock, SimTime, SystemClock
 from bidder.core.tokens import MIN_KEY_BYTES, check_kid
 from bidder.decide.ratelimit import RateLimits
 from bidder.supply.path import MAX_FEE_BPS, PathPolicy
+from pacing.config_file import PacingFileError, load_pacing_file
 from pacing.lease import DEFAULT_CHUNK_PERIODS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -102,8 +103,7 @@ class Settings:
     budget_scale: float = 1.0
     """Campaigns' daily budgets x this when loaded (a stream sampled 1/N: 1/N)."""
 
-    def clock(self) -> Clock:
-        """The clock the workers and the reconciler run on."""
+    def clock(self) -> Clock:  # the workers' and the reconciler's
         return self.sim_clock.clock() if self.sim_clock is not None else SystemClock()
 
     @property
@@ -143,6 +143,8 @@ class Settings:
     """How often a worker re-reads its leases (and heartbeats as a live node)."""
     pacing_curves: Path | None = None
     """Directory of named curves (NAME.json) for campaigns' ``pacing_curve``."""
+    pacing_config: Path | None = None
+    """The reconciler's gains, chunk and default curve (``bidsim pacing tune --out``)."""
     breaker_window_s: float = 60.0
     """The reconciler's circuit breaker: spend above 3x target for this long pauses."""
     spend_lag_threshold_s: float = 10.0
@@ -254,7 +256,17 @@ class Settings:
             *self._ledger_checks(),
             *self._stage_checks(),
             *self._dedup_checks(),
+            *self._pacing_config_checks(),
         ]
+
+    def _pacing_config_checks(self) -> list[tuple[bool, str]]:
+        if self.pacing_config is None:
+            return []
+        try:
+            load_pacing_file(self.pacing_config)
+        except PacingFileError as exc:
+            return [(False, f"--pacing-config: {exc}")]
+        return []
 
     def _stage_checks(self) -> list[tuple[bool, str]]:
         return [
@@ -274,10 +286,7 @@ class Settings:
             (0.05 <= self.pacing_tick_s <= 3600, "--pacing-tick-s must be 0.05-3600"),
             (self.breaker_window_s > 0, "--breaker-window-s must be above 0"),
             (1 <= self.chunk_periods <= 86_400, "--chunk-periods must be 1-86400"),
-            (
-                0 < self.budget_scale <= 1_000,
-                f"--budget-scale must be in (0, 1000], got {self.budget_scale}",
-            ),
+            (0 < self.budget_scale <= 1_000, "--budget-scale must be above 0 and at most 1000"),
             (self.spend_lag_threshold_s >= 0.001, "--spend-lag-threshold-s must be at least 0.001"),
             (0.05 <= self.lease_refresh_s <= 60, "--lease-refresh-s must be 0.05-60"),
             (

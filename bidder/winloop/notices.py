@@ -1,7 +1,10 @@
-"""Win (nurl) and billing (burl) notices: parse, verify the token, check the price. Pure.
+"""Win (nurl), billing (burl) and viewability notices: parse, verify the token, check
+the price. Pure.
 
 A notice URL is ``/notice/win?t=<token>&p=${AUCTION_PRICE}&c=${AUCTION_CURRENCY}``
-(``/notice/bill`` for burl). The exchange substitutes the macros; everything else
+(``/notice/bill`` for burl). A viewability notice is ``/notice/view?t=<token>``: the
+same token, no price (``parse_view``: the token checks below, nothing else). The
+exchange substitutes the macros; everything else
 the notice path relies on comes from the signed token (``bidder.core.tokens``), so a
 notice can't name another bid, raise its own price cap or move its issue time.
 
@@ -62,6 +65,27 @@ def parse_notice(
     token, price = query.get("t"), query.get("p")
     if not token or not price:
         raise NoticeError("missing", "t (token) and p (price) are required")
+    claims = _verified(token, signer, now_ms, max_age_ms)
+    micros = parse_price(price)
+    if micros > claims.max_price_cpm_micros:
+        raise NoticeError("above_bid", "price is above the bid price")
+    currency = query.get("c")
+    if currency is not None and currency != CURRENCY_MACRO and currency != CURRENCY:
+        raise NoticeError("currency", f"the bid was in {CURRENCY}, not {currency[:8]!r}")
+    return Notice(claims, micros)
+
+
+def parse_view(
+    query: Mapping[str, str], signer: TokenSigner, now_ms: int, max_age_ms: int
+) -> NoticeClaims:
+    """The claims of a viewability notice: the token checks of ``parse_notice``."""
+    token = query.get("t")
+    if not token:
+        raise NoticeError("missing", "t (token) is required")
+    return _verified(token, signer, now_ms, max_age_ms)
+
+
+def _verified(token: str, signer: TokenSigner, now_ms: int, max_age_ms: int) -> NoticeClaims:
     try:
         claims = signer.verify(token)
     except TokenError as exc:
@@ -70,13 +94,7 @@ def parse_notice(
         raise NoticeError("expired", f"issued more than {max_age_ms // 1000} s ago")
     if claims.issued_ms - now_ms > MAX_SKEW_MS:
         raise NoticeError("future", "issued in the future")
-    micros = parse_price(price)
-    if micros > claims.max_price_cpm_micros:
-        raise NoticeError("above_bid", "price is above the bid price")
-    currency = query.get("c")
-    if currency is not None and currency != CURRENCY_MACRO and currency != CURRENCY:
-        raise NoticeError("currency", f"the bid was in {CURRENCY}, not {currency[:8]!r}")
-    return Notice(claims, micros)
+    return claims
 
 
 def parse_price(text: str) -> int:

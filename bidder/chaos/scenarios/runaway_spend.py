@@ -37,7 +37,7 @@ from bidder.chaos.harness import (
     stream_file,
 )
 from bidder.chaos.ledger import LedgerAudit, distinct, read_ledger
-from bidder.chaos.observe import bid_ms, held_leases, wall_ms
+from bidder.chaos.observe import Background, bid_ms, held_leases, wall_ms
 from bidder.chaos.result import (
     Checks,
     ScenarioResult,
@@ -98,23 +98,15 @@ def _top_campaign(settings: Settings) -> Campaign:
     return next(c for c in load_campaign_file(CAMPAIGNS) if c.id == top)
 
 
-class _PauseWatch:
+class _PauseWatch(Background):
     """Polls the campaign's lease every 100 ms; keeps the id (the tick's wall ms) of the
     first paused lease seen. Leases are rewritten every tick with a new id, so polling
     between passes would see a later tick's id, not the tripping one."""
 
     def __init__(self, settings: Settings, nodes: list[str], campaign: str) -> None:
+        super().__init__()
         self._args = (settings, nodes, campaign)
         self.paused_ms: int | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
         while self.paused_ms is None:

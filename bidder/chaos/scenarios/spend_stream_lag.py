@@ -34,7 +34,7 @@ import asyncio
 import math
 
 from bidder.chaos.harness import ScenarioOptions, live_bidder, records, stream_file
-from bidder.chaos.observe import bid_ms, held_leases, metric, until_probe, wall_ms
+from bidder.chaos.observe import Background, bid_ms, held_leases, metric, until_probe, wall_ms
 from bidder.chaos.result import ScenarioResult, pass_summary, record_answers
 from bidder.chaos.scenarios.reconciler_stall import spend_since, stall_campaigns
 from bidder.chaos.steps import Run, audit_money, replay_pass, run_on_stack, split
@@ -62,24 +62,19 @@ def run(options: ScenarioOptions) -> ScenarioResult:
     )  # fmt: skip
 
 
-class _LeaseWatch:
+class _LeaseWatch(Background):
     """Polls every node's leases each 100 ms: the newest lease written (its id is the
     tick's wall ms), the latest expiry, and how many leases the last poll found."""
 
     def __init__(self, settings: Settings, nodes: list[str]) -> None:
+        super().__init__()
         self._settings, self._nodes = settings, nodes
         self.last_write_ms = 0
         self.last_expiry_ms = 0
         self.held_at_the_end = -1
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await super().stop()
         await self._poll()
 
     async def _run(self) -> None:

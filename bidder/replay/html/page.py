@@ -23,6 +23,8 @@ SECTIONS = (
     ("ssps", "Per SSP"),
     ("campaigns", "Per campaign"),
     ("duplicates", "Duplicate auctions"),
+    ("exchange", "Exchange pushback and viewability"),
+    ("slowest", "Slowest answers"),
 )
 """(element id, heading) of every section, in page order."""
 
@@ -47,6 +49,8 @@ def render_page(report: Mapping[str, Any], title: str = "bidsim replay") -> str:
         "ssps": _ssps(report["ssps"]),
         "campaigns": _campaigns(report, plots),
         "duplicates": _duplicates(report),
+        "exchange": _exchange(report),
+        "slowest": _slowest(report.get("slowest_answers")),
     }
     return document(title, [(key, heading, bodies[key]) for key, heading in SECTIONS])
 
@@ -173,6 +177,64 @@ def _duplicates(report: Mapping[str, Any]) -> str:
     ]
     return _pairs(report["duplicate_auctions"].items()) + table(
         ["bid latency (corrected)", "p50 ms", "p99 ms"], rows
+    )
+
+
+def _exchange(report: Mapping[str, Any]) -> str:
+    """The response-rate rule's effect and the viewable wins (absent from older reports)."""
+    pushback, views = report.get("pushback"), report.get("viewability")
+    parts = []
+    if pushback is None or not pushback["enabled"]:
+        parts.append('<p class="note">Pushback off: every scheduled request was sent.</p>')
+    else:
+        lost = pushback["estimated_spend_lost_micros"]
+        parts.append(
+            _pairs(
+                [
+                    ("requests withheld", f"{pushback['requests_withheld']:,}"),
+                    ("lowest share sent", f"{pushback['min_share_sent']:.0%}"),
+                    ("share sent at the end", f"{pushback['final_share_sent']:.0%}"),
+                    ("estimated spend lost (USD)", f"{lost / 1_000_000:,.6f}"),
+                ]
+            )
+            + f'<p class="note">Spend lost: {escape(pushback["spend_lost_estimate"])}.</p>'
+        )
+    if views is not None:
+        rows = [
+            [fmt or "unknown", f"{n:,}", f"{views['viewable'].get(fmt, 0):,}"]
+            for fmt, n in views["wins"].items()
+        ]
+        parts.append(table(["format", "wins", "viewable"], rows))
+        parts.append(
+            _pairs(
+                [
+                    (
+                        "view notices ok / failed",
+                        f"{views['notices_ok']:,} / {views['notices_failed']:,}",
+                    )
+                ]
+            )
+        )
+    return "".join(parts)
+
+
+def _slowest(slowest: Mapping[str, Any] | None) -> str:
+    if not slowest or not slowest["answers"]:
+        return '<p class="note">No answer carried the bidder\'s stage times.</p>'
+    rows = [
+        [
+            a["request_id"],
+            a["ssp"],
+            a["outcome"],
+            f"{a['corrected_ms']:.3f}",
+            f"{a['outside_handler_ms']:.3f}",
+            ", ".join(f"{name} {us:,.0f}" for name, us in a["stages_us"].items()),
+        ]
+        for a in slowest["answers"]
+    ]
+    head = ["request id", "SSP", "outcome", "ms", "outside the handler ms", "stages (µs)"]
+    return table(head, rows) + (
+        f'<p class="note">Of {slowest["timed_answers"]:,} answers with stage times.</p>'
     )
 
 

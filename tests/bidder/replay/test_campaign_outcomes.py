@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
-import pytest_asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,7 +12,7 @@ from bidder.replay.campaign_outcomes import NO_CID, CampaignOutcomes, budgets_of
 from bidder.replay.replayer import replay
 from bidder.replay.report import render_table, to_json
 from pacing.curves import DAY_MS, STANDARD
-from tests.bidder.replay.test_replayer import FakeBidder, options, records
+from tests.bidder.replay.test_replayer import options, records
 
 MIDNIGHT_MS = 1_767_225_600_000  # 2026-01-01 00:00 UTC, where test records start
 
@@ -32,21 +29,12 @@ def campaign(cid: str, budget_micros: int = 1_000_000, curve: str = "default") -
     )
 
 
-@pytest_asyncio.fixture
-async def fake(aiohttp_server) -> AsyncIterator[FakeBidder]:
-    bidder = FakeBidder()
-    server = await aiohttp_server(bidder.app())
-    bidder.url = f"http://127.0.0.1:{server.port}"
-    yield bidder
-    bidder.release.set()
-
-
 KINDS = ["bid-k1"] * 4 + ["bid-k2"] * 3 + ["bid-"] * 2 + ["nobid-capped"] * 2
 
 
 @pytest.mark.asyncio
-async def test_per_campaign_figures_add_up_to_the_totals(fake):
-    result = await replay(records(KINDS), fake.url, options())
+async def test_per_campaign_figures_add_up_to_the_totals(bidder):
+    result = await replay(records(KINDS), bidder.url, options())
     report = to_json(result)
     campaigns = report["campaigns"]
     for figure in ("bids", "wins", "spend_micros"):
@@ -56,9 +44,9 @@ async def test_per_campaign_figures_add_up_to_the_totals(fake):
 
 
 @pytest.mark.asyncio
-async def test_spend_is_measured_against_the_campaign_file_budget(fake):
+async def test_spend_is_measured_against_the_campaign_file_budget(bidder):
     opts = options(budgets=budgets_of([campaign("k1", 2_000_000), campaign("idle")]))
-    result = await replay(records(KINDS), fake.url, opts)
+    result = await replay(records(KINDS), bidder.url, opts)
     campaigns = to_json(result)["campaigns"]
     k1 = campaigns["k1"]
     # Every bid of 5.0 wins at 1.01 CPM: 1,010 micros an impression.
@@ -71,8 +59,8 @@ async def test_spend_is_measured_against_the_campaign_file_budget(fake):
 
 
 @pytest.mark.asyncio
-async def test_the_terminal_report_has_a_row_per_campaign(fake):
-    result = await replay(records(KINDS), fake.url, options())
+async def test_the_terminal_report_has_a_row_per_campaign(bidder):
+    result = await replay(records(KINDS), bidder.url, options())
     table = render_table(result)
     assert "per campaign" in table
     assert "(2 requests answered 'capped')" in table

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
 
 import orjson
 import pytest
-import pytest_asyncio
 from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,7 +23,8 @@ FIXED_MARKET = Market(seed=1, median_multiple=1.0, sigma=0.0)
 
 class FakeBidder:
     """Behaviour chosen by the X-Ssp header: bid, bid-<campaign id> (bid- alone: a bid
-    naming no campaign), nobid-<reason>, hold, slow, boom."""
+    naming no campaign; bid-view: notice URLs that carry a token), nobid-<reason>, hold,
+    slow, boom."""
 
     def __init__(self) -> None:
         self.url = ""
@@ -35,10 +34,12 @@ class FakeBidder:
         self.changed = asyncio.Condition()
         self.headers: list[dict[str, str]] = []
         self.notices: list[tuple[str, str, str]] = []
+        self.views: list[str] = []
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/openrtb2/bid", self.bid)
+        app.router.add_get("/notice/view", self.view)
         app.router.add_get("/notice/{kind}", self.notice)
         return app
 
@@ -55,9 +56,8 @@ class FakeBidder:
     async def _answer(self, ssp: str, request_id: str, host: str) -> web.Response:
         if ssp == "bid" or ssp.startswith("bid-"):
             cid = ssp[4:] if ssp.startswith("bid-") else "k1"
-            return web.Response(
-                body=bid_response(request_id, host, cid), content_type="application/json"
-            )
+            body = bid_response(request_id, host, cid, token=cid == "view")
+            return web.Response(body=body, content_type="application/json")
         if ssp.startswith("nobid-"):
             return web.Response(status=204, headers={"X-Nbr-Reason": ssp[6:], "X-Nbr": "0"})
         if ssp == "hold":
@@ -74,14 +74,19 @@ class FakeBidder:
         )
         return web.Response(text="ok")
 
+    async def view(self, request: web.Request) -> web.Response:
+        self.views.append(request.query_string)
+        return web.Response(status=204)
 
-def bid_response(request_id: str, host: str, cid: str = "k1") -> bytes:
+
+def bid_response(request_id: str, host: str, cid: str = "k1", token: bool = False) -> bytes:
     bid_id = f"bid-{request_id}"
     bid = {"id": bid_id, "impid": "1", "price": 5.0, "crid": "c1", "adomain": ["a.com"]}
     if cid:
         bid["cid"] = cid
     for field, kind in (("nurl", "win"), ("burl", "bill")):
-        bid[field] = f"http://{host}/notice/{kind}?bid={bid_id}&price=${{AUCTION_PRICE}}"
+        signed = f"t=tok-{bid_id}&" if token else ""
+        bid[field] = f"http://{host}/notice/{kind}?{signed}bid={bid_id}&price=${{AUCTION_PRICE}}"
     return orjson.dumps({"id": request_id, "cur": "USD", "seatbid": [{"seat": "s", "bid": [bid]}]})
 
 
@@ -104,15 +109,6 @@ def records(kinds: list[str], gap_ms: int = 1) -> list[StreamRecord]:
 
 def options(**overrides) -> ReplayOptions:
     return ReplayOptions(**{"rate": 2000.0, "market": FIXED_MARKET, **overrides})
-
-
-@pytest_asyncio.fixture
-async def bidder(aiohttp_server) -> AsyncIterator[FakeBidder]:
-    fake = FakeBidder()
-    server = await aiohttp_server(fake.app())
-    fake.url = f"http://127.0.0.1:{server.port}"
-    yield fake
-    fake.release.set()
 
 
 @pytest.mark.asyncio
@@ -190,6 +186,21 @@ async def test_winners_get_win_then_bill_notices_with_the_clearing_price(bidder)
     for i in range(5):
         calls = [(kind, price) for kind, bid, price in bidder.notices if bid == f"bid-r{i}"]
         assert calls == [("win", "1.01"), ("bill", "1.01")]
+
+
+@pytest.mark.asyncio
+async def test_wins_drawn_viewable_send_their_token_to_the_view_notice(bidder):
+    opts = options(view_rates={"banner": 1.0}, notice_drain_s=5.0)
+    result = await replay(records(["bid-view"] * 4), bidder.url, opts)
+    assert sorted(bidder.views) == [f"t=tok-bid-r{i}" for i in range(4)]
+    assert (result.views.drawn, result.views.viewable) == ({"banner": 4}, {"banner": 4})
+    assert (result.views.notices_ok, result.views.notices_failed) == (4, 0)
+
+
+@pytest.mark.asyncio
+async def test_a_format_whose_rate_is_zero_never_becomes_viewable(bidder):
+    result = await replay(records(["bid-view"] * 4), bidder.url, options(view_rates={}))
+    assert (bidder.views, result.views.viewable) == ([], {"banner": 0})
 
 
 @pytest.mark.asyncio

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
-import pytest_asyncio
 
 from bidder.replay.replayer import replay
 from bidder.replay.report import to_json
 from bidder.replay.timeline import Timeline, timeline_json
-from tests.bidder.replay.test_replayer import FakeBidder, options, records
+from tests.bidder.replay.test_replayer import options, records
 
 
 def test_events_count_in_the_second_they_fall_in():
@@ -32,20 +29,11 @@ def test_answers_other_than_200_and_204_are_errors():
     assert (timeline.counts["bids"], timeline.counts["errors"]) == ([1], [2])
 
 
-@pytest_asyncio.fixture
-async def fake(aiohttp_server) -> AsyncIterator[FakeBidder]:
-    bidder = FakeBidder()
-    server = await aiohttp_server(bidder.app())
-    bidder.url = f"http://127.0.0.1:{server.port}"
-    yield bidder
-    bidder.release.set()
-
-
 @pytest.mark.asyncio
-async def test_a_replay_counts_every_request_and_answer_warm_up_included(fake):
+async def test_a_replay_counts_every_request_and_answer_warm_up_included(bidder):
     opts = options(rate=None, speed=1.0, warmup_s=0.010, timeout_ms=30)
     kinds = ["bid", "nobid-geo", "boom", "hold"] * 5
-    result = await replay(records(kinds), fake.url, opts)
+    result = await replay(records(kinds), bidder.url, opts)
     series = to_json(result)["timeline"]
     assert sum(series["sent"]) == result.requests + result.warmup_requests == 20
     assert (sum(series["bids"]), sum(series["no_bids"])) == (5, 5)

@@ -20,8 +20,10 @@ impression is *above the cap*.
   yet counted) cannot see it. That is the documented bound (docs/fcap.md, live
   results): every impression above a cap must be explained by in-flight ones, i.e.
   the impressions already counted when it was bid were under the limit;
-- viewable-counted campaigns (alpenrail, cobalt) cap *viewable* impressions, and the
-  replay sends no viewability events, so their billed impressions are not audited.
+- viewable-counted campaigns (alpenrail, cobalt) cap *viewable* impressions (the view
+  notices the replay sends for the wins it draws viewable), not billed ones, so their
+  billed impressions are not audited (``tests/bidder/winloop/test_view_notice.py``
+  tests those caps).
 """
 
 from __future__ import annotations
