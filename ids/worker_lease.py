@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import secrets
 import socket
@@ -98,7 +99,7 @@ class WorkerLease:
     async def acquire(self) -> int:
         """Lease a free worker id and grant it to the generator; NoWorkerId when none."""
         sent = self._clock.wall_ms()
-        args: list[str | int] = [self._owner, sent, self._ttl_ms, self._worker_ids]
+        args: list[str | int] = [self._owner, sent, self._wall_ttl_ms, self._worker_ids]
         worker, hwm = await _ACQUIRE.run(self._client, self._keys, args, self._loading)
         if worker < 0:
             raise NoWorkerId(f"all {self._worker_ids} Snowflake worker ids are leased")
@@ -112,7 +113,7 @@ class WorkerLease:
             return False
         sent = self._clock.wall_ms()
         valid_until = self._valid_until(sent)
-        args: list[str | int] = [self._owner, self.worker, sent, self._ttl_ms, valid_until]
+        args: list[str | int] = [self._owner, self.worker, sent, self._wall_ttl_ms, valid_until]
         if await _RENEW.run(self._client, self._keys, args, self._loading):
             self._generator.grant(self.worker, valid_until)
             return True
@@ -142,5 +143,11 @@ class WorkerLease:
             args: list[str | int] = [self._owner, worker, last_ms]
             await _RELEASE.run(self._client, self._keys, args, self._loading)
 
+    @property
+    def _wall_ttl_ms(self) -> int:
+        """The ttl on the caller's wall clock: renewals come every real third of the
+        ttl, so on a simulated clock (``Clock.speed``) it lasts speed x as many wall ms."""
+        return math.floor(self._ttl_ms * self._clock.speed)
+
     def _valid_until(self, sent_ms: int) -> int:
-        return sent_ms + self._ttl_ms - self._margin_ms
+        return sent_ms + math.floor((self._ttl_ms - self._margin_ms) * self._clock.speed)

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from bidder.adapters.campaign_store import CampaignTable, StoreError
 from bidder.bidstream.stream import StreamFormatError
+from bidder.core.clock import Clock, SimClockError, SimTime, SystemClock
 from bidder.stack.child import StackError
 from pacing.actual import Actual
 from pacing.actual_options import actuals_from_args, add_actual_options
@@ -40,7 +41,7 @@ from pacing.tune import grid, tune
 
 _USER_ERRORS = (
     CurveError, PacingFileError, StreamFormatError, StoreError, SpendStoreError, StackError,
-    OSError,
+    SimClockError, OSError,
 )  # fmt: skip
 Handler = Callable[[argparse.Namespace], int]
 
@@ -115,6 +116,10 @@ def _reconciler_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--region", default="us-east-1")
     p.add_argument("--tick-s", type=float, default=5.0)
     p.add_argument(
+        "--chunk-periods", type=int, default=PacingConfig().chunk_periods_per_day,
+        help="lease chunk = budget / nodes / this (default 288)",
+    )  # fmt: skip
+    p.add_argument(
         "--breaker-window-s", type=float, default=PacingConfig().breaker_window_s, metavar="S",
         help="pause a campaign whose spend stays above 3x its target for S seconds",
     )  # fmt: skip
@@ -129,6 +134,10 @@ def _reconciler_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pacing-config", type=Path, metavar="FILE",
         help="gains, chunk and default curve from bidsim pacing tune --out",
+    )  # fmt: skip
+    p.add_argument(
+        "--sim-clock", metavar="START_MS:SPEED[:AT_MS]",
+        help="run on simulated wall time: START_MS at AT_MS (default now), SPEED x real time",
     )  # fmt: skip
 
 
@@ -280,10 +289,14 @@ def cmd_reconciler(args: argparse.Namespace) -> int:
     from bidder.adapters.aws import aws_client
     from pacing.curves import load_curve_dir
 
+    clock = _clock(args.sim_clock)
     config = PacingConfig(
-        tick_s=args.tick_s,
+        # Each real tick_s covers speed x as much wall time: the controller and the
+        # leases' lifetime see that, while the ticks themselves come every real tick_s.
+        tick_s=args.tick_s * clock.speed,
         breaker_window_s=args.breaker_window_s,
         lag_threshold_s=args.lag_threshold_s,
+        chunk_periods_per_day=args.chunk_periods,
     )
     if config.problems():
         raise CurveError("; ".join(f"--{p.replace('_', '-')}" for p in config.problems()))
@@ -300,7 +313,7 @@ def cmd_reconciler(args: argparse.Namespace) -> int:
     try:
         reconciler = build_reconciler(
             args.valkey, args.aws_endpoint, campaigns_from_store(store), config,
-            args.stream, args.spend_table, args.region, curves=curves,
+            args.stream, args.spend_table, args.region, clock=clock, curves=curves,
             valkey_cluster=args.valkey_cluster,
         )  # fmt: skip
     except RedisError as exc:
@@ -308,6 +321,13 @@ def cmd_reconciler(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    print(f"bidsim: reconciler ticking every {args.tick_s:g} s", file=sys.stderr)
-    run_reconciler(reconciler, args.tick_s, stop)
+    on_sim = f" (simulated: {config.tick_s:g} s each)" if args.sim_clock else ""
+    print(f"bidsim: reconciler ticking every {args.tick_s:g} s{on_sim}", file=sys.stderr)
+    run_reconciler(reconciler, args.tick_s, stop, clock)
     return 0
+
+
+def _clock(sim_clock: str | None) -> Clock:
+    if sim_clock is None:
+        return SystemClock()
+    return SimTime.parse(sim_clock, SystemClock().wall_ms()).clock()

@@ -50,7 +50,7 @@ from bidder.adapters.campaign_store import CampaignTable, StoreError
 from bidder.adapters.valkey import connect_sync
 from bidder.core.campaign_docs import campaigns_from_docs
 from bidder.core.campaigns import Campaign, CampaignError
-from bidder.core.clock import Clock, SystemClock
+from bidder.core.clock import Clock, SystemClock, real_ttl_ms
 from bidder.core.ledger import LedgerEntry, LedgerFormatError, decode_entry
 from pacing.curves import BUILTIN, Curve, CurveError, day_of
 from pacing.lease import Lease, ReturnedLease, expiry_ms
@@ -170,7 +170,7 @@ class Reconciler:
         result = self.core.tick(now_ms, budgets, spent, len(nodes), returns)
         leases: dict[str, Lease] = {p.campaign_id: p.lease for p in result.plans}
         expires = expiry_ms(now_ms, self.core.config.tick_ms)
-        self._leases.write(nodes, leases, expires - now_ms)
+        self._leases.write(nodes, leases, real_ttl_ms(expires - now_ms, self._clock))
         self._leased_to.update(dict.fromkeys(nodes, expires))
         self._reader.commit()
         self._settle_returns(now_ms, result)

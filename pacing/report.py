@@ -27,7 +27,7 @@ ASAP baseline, and returns one flat JSON-able dict. The figures are defined here
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -55,20 +55,29 @@ def hourly(trace: Trace) -> tuple[list[int], list[int]]:
     return spend, target
 
 
-def tracking(trace: Trace) -> dict[str, Any]:
-    sc = trace.scenario
-    cum_errors = [
-        abs(trace.spent_by((h + 1) * HOUR_S) - trace.target_at((h + 1) * HOUR_S)) for h in range(24)
-    ]
-    spend, target = hourly(trace)
+def day_figures(
+    spend: Sequence[float], target: Sequence[float], budget_micros: int
+) -> dict[str, float]:
+    """The three day figures from 24 hourly spends and targets (from 00:00)."""
+    cum_spend = np.cumsum(np.asarray(spend, dtype=float))
+    cum_target = np.cumsum(np.asarray(target, dtype=float))
     in_band = [abs(s - t) <= BAND * t for s, t in zip(spend, target, strict=True)]
+    return {
+        "eod_spend_ratio": float(cum_spend[-1]) / budget_micros,
+        "max_cum_error_ratio": float(np.abs(cum_spend - cum_target).max()) / budget_micros,
+        "hours_in_band_ratio": sum(in_band) / len(in_band),
+    }
+
+
+def tracking(trace: Trace) -> dict[str, Any]:
+    """The day figures of a whole-day trace, and its hourly series."""
+    sc = trace.scenario
+    spend, target = hourly(trace)
     total = trace.spent_by(24 * HOUR_S)
     return {
         "eod_spend_micros": total,
-        "eod_spend_ratio": total / sc.budget_micros,
+        **day_figures(spend, target, sc.budget_micros),
         "over_budget_micros": max(0, total - sc.budget_micros),
-        "max_cum_error_ratio": max(cum_errors) / sc.budget_micros,
-        "hours_in_band_ratio": sum(in_band) / len(in_band),
         "hourly_spend_micros": spend,
         "hourly_target_micros": target,
         "hourly_error_ratio": [(s - t) / t for s, t in zip(spend, target, strict=True)],

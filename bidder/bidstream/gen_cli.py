@@ -15,7 +15,12 @@ from bidder.bidstream.generator import DUPLICATE_SHARE, generate, parse_ssp_boos
 def add_command(subparsers: Any) -> None:
     p = subparsers.add_parser("gen", help="generate a realistic bidstream")
     p.add_argument("--out", type=Path, required=True, help="output file (.jsonl or .jsonl.gz)")
-    p.add_argument("--requests", type=int, required=True)
+    size = p.add_mutually_exclusive_group(required=True)
+    size.add_argument("--requests", type=int)
+    size.add_argument(
+        "--minutes", type=float, metavar="M",
+        help="the day's sends last M minutes at --rate: rate x 60 x M requests",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--rate", type=float, default=400.0, help="mean send rate (req/s)")
     p.add_argument(
@@ -39,6 +44,10 @@ def add_command(subparsers: Any) -> None:
 
 
 def cmd_gen(args: argparse.Namespace) -> int:
+    if args.minutes is not None:
+        if not args.minutes > 0:
+            raise ValueError("--minutes must be positive")
+        args.requests = round(args.rate * 60 * args.minutes)
     if args.requests <= 0 or args.rate <= 0:
         raise ValueError("--requests and --rate must be positive")
     boost = parse_ssp_boost(args.ssp_boost) if args.ssp_boost else None

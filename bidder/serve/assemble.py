@@ -27,7 +27,7 @@ from functools import partial
 from bidder.adapters.valkey import AsyncValkey, connect_async, connect_pipelined, warm_up
 from bidder.adapters.valkey_pipelined import PipelinedConnection
 from bidder.core import metrics
-from bidder.core.clock import Clock, SystemClock
+from bidder.core.clock import Clock
 from bidder.core.published_metrics import flush, run_flusher
 from bidder.core.tokens import TokenSigner, generate_key
 from bidder.decide.consent import ConsentPolicy
@@ -93,7 +93,7 @@ def pacing_node_id(pid: int) -> str:
 
 async def build_state(settings: Settings, clock: Clock | None = None) -> BidderState:
     """Everything a worker decides with, loaded and ready before the port opens."""
-    clock = clock or SystemClock()
+    clock = clock or settings.clock()
     if settings.aws_endpoint is None:
         raise WorkerStartError("no AWS endpoint configured for the campaign store")
     if settings.valkey_url is None:
@@ -121,7 +121,9 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         impression_sinks=win.sinks,
         count_viewable=win.caps.on_viewable,
     )
-    lease_reader = LeaseReader(stores.valkey, pacer.node_id)
+    # The heartbeat is compared with the reconciler's wall clock: three ticks of it.
+    heartbeat_ms = round(3 * settings.pacing_tick_s * 1000 * clock.speed)
+    lease_reader = LeaseReader(stores.valkey, pacer.node_id, max(heartbeat_ms, 15_000))
     state.background += [
         lease.keep,
         win.producer.run,

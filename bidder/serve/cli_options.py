@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bidder.core.clock import SimClockError, SimTime, SystemClock
 from bidder.decide.ratelimit import RateLimitError, RateLimits, parse_rate_limits
 from bidder.serve.settings import Settings, SettingsError
+from bidder.stack.local import LocalStack
 from bidder.supply.path import PolicyError, parse_domains, parse_fees, parse_preference
 
 _D = Settings()
@@ -142,6 +144,19 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
         help="the reconciler grants no lease while the spend stream is over S seconds behind",
     )  # fmt: skip
     g.add_argument("--lease-refresh-s", type=float, default=_D.lease_refresh_s)
+    g.add_argument(
+        "--chunk-periods", type=int, default=_D.chunk_periods, metavar="N",
+        help="lease chunk = daily budget / nodes / N",
+    )  # fmt: skip
+    g.add_argument(
+        "--budget-scale", type=float, default=_D.budget_scale, metavar="F",
+        help="daily budgets x F (a stream holding 1/N of the supply: 1/N)",
+    )  # fmt: skip
+    g.add_argument(
+        "--sim-clock", metavar="START_MS:SPEED[:AT_MS]",
+        help="workers and reconciler on simulated wall time: START_MS at AT_MS (default now), "
+        "then SPEED x real time; deadlines and timeouts stay real",
+    )  # fmt: skip
     g.add_argument("--pacing-curves", type=Path, metavar="DIR")
     g.add_argument(
         "--pacing-config", type=Path, metavar="FILE",
@@ -162,6 +177,21 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--notice-key-id", metavar="KID")
     g.add_argument("--notice-max-age-s", type=float, default=_D.notice_max_age_s)
     g.add_argument("--spool-dir", type=Path, metavar="DIR")
+
+
+def local_stack(args: argparse.Namespace, settings: Settings) -> LocalStack:
+    """The embedded servers the settings do not point elsewhere (StackError explains)."""
+    return LocalStack(
+        valkey_url=settings.valkey_url,
+        aws_endpoint=settings.aws_endpoint,
+        cluster=args.local_cluster,
+        cluster_replicas=args.local_cluster_replicas,
+    )
+
+
+def on_stack(settings: Settings, stack: LocalStack) -> Settings:
+    # --local-cluster already made the settings a cluster's (settings_from_args).
+    return settings.replace(valkey_url=stack.valkey_url, aws_endpoint=stack.aws_endpoint)
 
 
 def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> Settings:
@@ -218,6 +248,9 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         ssp_preference=preference,
         ssp_fees_bps=fees,
         ssp_domains=domains,
+        sim_clock=_sim_clock(args.sim_clock),
+        budget_scale=args.budget_scale,
+        chunk_periods=args.chunk_periods,
     ).validate()
 
 
@@ -243,6 +276,15 @@ def _rate_limits(args: argparse.Namespace) -> RateLimits:
     try:
         return parse_rate_limits(args.rate_limit, args.rate_limit_default)
     except RateLimitError as exc:
+        raise SettingsError(f"invalid settings:\n  {exc}") from None
+
+
+def _sim_clock(text: str | None) -> SimTime | None:
+    if text is None:
+        return None
+    try:
+        return SimTime.parse(text, SystemClock().wall_ms())
+    except SimClockError as exc:
         raise SettingsError(f"invalid settings:\n  {exc}") from None
 
 

@@ -30,6 +30,7 @@ def reconciler_argv(settings: Settings) -> list[str]:
         "--aws-endpoint", settings.aws_endpoint,
         "--region", settings.aws_region,
         "--tick-s", str(settings.pacing_tick_s),
+        "--chunk-periods", str(settings.chunk_periods),
         "--breaker-window-s", str(settings.breaker_window_s),
         "--lag-threshold-s", str(settings.spend_lag_threshold_s),
         "--stream", settings.spend_stream,
@@ -38,6 +39,8 @@ def reconciler_argv(settings: Settings) -> list[str]:
     ]  # fmt: skip
     if settings.valkey_cluster:
         argv.append("--valkey-cluster")
+    if settings.sim_clock is not None:
+        argv += ["--sim-clock", settings.sim_clock.text]
     if settings.pacing_curves is not None:
         argv += ["--curves", str(settings.pacing_curves)]
     if settings.pacing_config is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -31,6 +32,7 @@ from bidder.adapters.aws import aws_client
 from bidder.adapters.campaign_store import CampaignTable
 from bidder.adapters.valkey import connect_sync
 from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
+from bidder.core.campaigns import Campaign
 from bidder.core.tokens import generate_key
 from bidder.decide.identity_graph import load_graph
 from bidder.decide.profiles import ProfileStoreError, ProfileTable
@@ -59,9 +61,22 @@ class RunningBidder:
     """The reconciler process this bidder started (``Settings.reconciler``)."""
 
 
+def campaigns_of(path: Path, settings: Settings) -> list[Campaign]:
+    """The campaign file's campaigns, daily budgets scaled by ``--budget-scale``."""
+    campaigns = load_campaign_file(path)
+    if settings.budget_scale == 1.0:
+        return campaigns
+    return [
+        dataclasses.replace(
+            c, daily_budget_micros=round(c.daily_budget_micros * settings.budget_scale)
+        )
+        for c in campaigns
+    ]
+
+
 def load_campaigns(path: Path, settings: Settings) -> int:
     """Validate a campaign file and make the store hold exactly its campaigns."""
-    campaigns = load_campaign_file(path)
+    campaigns = campaigns_of(path, settings)
     if settings.aws_endpoint is None:
         raise ValueError("no AWS endpoint to load campaigns into")
     client = aws_client("dynamodb", settings.aws_endpoint, settings.aws_region)

@@ -12,10 +12,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bidder.core.clock import Clock, SimTime, SystemClock
 from bidder.core.tokens import MIN_KEY_BYTES, check_kid
 from bidder.decide.ratelimit import RateLimits
 from bidder.supply.path import MAX_FEE_BPS, PathPolicy
 from pacing.config_file import PacingFileError, load_pacing_file
+from pacing.lease import DEFAULT_CHUNK_PERIODS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "artifact"
@@ -94,6 +96,15 @@ class Settings:
     """A wall clock step back larger than this stops id issue until it catches up."""
     key_namespace: str = "bidsim"
     """Prefix of the Valkey keys of id leases and billing dedup."""
+    sim_clock: SimTime | None = None
+    """Wall time of every worker and the reconciler (``--sim-clock``); None: the real one."""
+    chunk_periods: int = DEFAULT_CHUNK_PERIODS
+    """Lease chunk = daily budget / nodes / this (the reconciler's ``--chunk-periods``)."""
+    budget_scale: float = 1.0
+    """Campaigns' daily budgets x this when loaded (a stream sampled 1/N: 1/N)."""
+
+    def clock(self) -> Clock:  # the workers' and the reconciler's
+        return self.sim_clock.clock() if self.sim_clock is not None else SystemClock()
 
     @property
     def notice_base_url(self) -> str:
@@ -281,6 +292,8 @@ class Settings:
             ),
             (0.05 <= self.pacing_tick_s <= 3600, "--pacing-tick-s must be 0.05-3600"),
             (self.breaker_window_s > 0, "--breaker-window-s must be above 0"),
+            (1 <= self.chunk_periods <= 86_400, "--chunk-periods must be 1-86400"),
+            (0 < self.budget_scale <= 1_000, "--budget-scale must be above 0 and at most 1000"),
             (self.spend_lag_threshold_s >= 0.001, "--spend-lag-threshold-s must be at least 0.001"),
             (0.05 <= self.lease_refresh_s <= 60, "--lease-refresh-s must be 0.05-60"),
             (

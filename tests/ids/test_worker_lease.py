@@ -6,7 +6,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from bidder.core.clock import ManualClock
+from bidder.core.clock import ManualClock, SimTime
 from ids.snowflake import LeaseLost, Snowflake, decode
 from ids.worker_lease import NoWorkerId, WorkerLease, lease_keys
 
@@ -155,3 +155,20 @@ async def test_no_free_worker_id_is_an_error(valkey: aioredis.Redis, namespace: 
 def test_lease_keys_share_one_cluster_slot() -> None:
     keys = lease_keys("bidsim")
     assert key_slot(keys[0].encode()) == key_slot(keys[1].encode())
+
+
+@pytest.mark.asyncio
+async def test_on_a_simulated_clock_a_held_id_is_not_taken_between_real_renewals(
+    valkey: aioredis.Redis, namespace: str
+) -> None:
+    """Renewals come every real third of the ttl; at 72x that is 72x as much wall time."""
+    real = ManualClock()
+    sim = SimTime(start_ms=1_767_225_600_000, speed=72.0, at_ms=real.wall_ms()).clock(real)
+    first = WorkerLease(valkey, Snowflake(sim), sim, namespace=namespace, ttl_ms=TTL_MS,
+                        margin_ms=MARGIN_MS)  # fmt: skip
+    worker = await first.acquire()
+    real.advance(first.renew_interval_s)  # 192 simulated seconds: many real-ttl's worth
+    second = WorkerLease(valkey, Snowflake(sim), sim, namespace=namespace, ttl_ms=TTL_MS,
+                         margin_ms=MARGIN_MS)  # fmt: skip
+    assert await second.acquire() != worker
+    assert decode(first._generator.next_id()).worker == worker

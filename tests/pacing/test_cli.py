@@ -59,6 +59,8 @@ def test_curve_from_a_stream_writes_24_weights(tmp_path: Path) -> None:
         (["pacing", "simulate", "--nodes", "0"], "--nodes"),
         (["pacing", "curve", "/no/such/stream.jsonl"], "cannot open"),
         ([*RECONCILER, "--lag-threshold-s", "0"], "--lag-threshold-s must be at least 0.001"),
+        ([*RECONCILER, "--sim-clock", "soon"], "--sim-clock must be START_MS:SPEED[:AT_MS]"),
+        ([*RECONCILER, "--sim-clock", "0:-2"], "speed must be in (0, 100000], got -2"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(

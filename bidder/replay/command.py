@@ -1,0 +1,276 @@
+"""``bidsim replay``: its options, the stack it starts, the clock it runs on, the report.
+
+Without ``--target`` the replay starts the whole bidder on the embedded stack. With
+``--clock stream`` (the default) the stack runs on the stream's simulated clock
+(``bidder.replay.stream_clock``): it starts at the stream's first instant a lead time
+from now, the stack comes up meanwhile (its clock holds at the start), and the first
+send goes at that instant. With ``--target`` the bidder's clock is read from
+``GET /clock`` and a bidder on another clock is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import uvloop
+
+from bidder.bidstream.stream import StreamRecord, read_stream
+from bidder.replay.campaign_outcomes import Budget, budgets_of
+from bidder.replay.pacing_figures import OfflineSettings, pacing_section, render_pacing
+from bidder.replay.replayer import ReplayOptions, replay
+from bidder.replay.report import ReplayResult, render_table, to_json
+from bidder.replay.stream_clock import (
+    StreamClock,
+    clock_problem,
+    on_clock,
+    read_target_clock,
+    stream_clock,
+    target_problem,
+)
+from bidder.replay.throttle import ThrottleRule
+from bidder.serve.cli_options import add_bidder_options, local_stack, on_stack, settings_from_args
+from bidder.serve.server import campaigns_of, running_bidder
+from bidder.serve.settings import Settings
+from bidder.stack.child import free_port, held_port
+from pacing.config_file import load_pacing_file, settings_in_force, settings_line
+from pacing.curves import BUILTIN, load_curve_dir
+
+DEFAULT_LEAD_S = 20.0
+
+
+def replay_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("stream", type=Path, help="bidstream file (.jsonl or .jsonl.gz)")
+    p.add_argument("--target", metavar="URL", help="bidder URL; default: start the full bidder")
+    pace = p.add_mutually_exclusive_group()
+    pace.add_argument("--speed", type=float, default=1.0, help="time scale of the recorded sends")
+    pace.add_argument("--rate", type=float, help="constant request rate instead (req/s)")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("--warmup", type=float, default=0.0, metavar="S", help="exclude the first S s")
+    p.add_argument("--timeout-ms", type=float, default=100.0, help="client timeout (tmax)")
+    p.add_argument(
+        "--clock", choices=("auto", "stream", "real"), default="auto",
+        help="the bidder's wall clock: the stream's simulated one (each request arrives at "
+        "its ts; with --speed), the real one, or (auto) the stream's where the stack can "
+        "pace on it",
+    )  # fmt: skip
+    p.add_argument(
+        "--lead-s", type=float, default=DEFAULT_LEAD_S, metavar="S",
+        help="on the stream's clock: the stack's start-up time before the first send",
+    )  # fmt: skip
+    p.add_argument(
+        "--supply-from", type=Path, metavar="REPORT",
+        help="a JSON report of this stream replayed with budgets too large to bind: the "
+        "supply of the offline pacing figures",
+    )  # fmt: skip
+    p.add_argument("--json", type=Path, metavar="OUT", help="also write the report as JSON")
+    p.add_argument("--html", type=Path, metavar="OUT", help="also write the report as HTML")
+    p.add_argument("--no-progress", action="store_true")
+    faults = p.add_argument_group("exchange notice faults")
+    faults.add_argument(
+        "--duplicate-notices", type=float, default=0.0, metavar="SHARE",
+        help="share of wins that send one notice twice (0-1)",
+    )  # fmt: skip
+    faults.add_argument(
+        "--reorder-notices", action="store_true", help="bill before win, spread in a window"
+    )
+    faults.add_argument("--notice-window-ms", type=float, default=250.0, metavar="MS")
+    exchange = p.add_argument_group("exchange rules")
+    exchange.add_argument(
+        "--no-throttle", action="store_true",
+        help="send every request, however late the answers (pure latency runs)",
+    )  # fmt: skip
+    exchange.add_argument(
+        "--throttle-threshold", type=float, default=0.85, metavar="SHARE",
+        help="cut the request rate below this share of answers within tmax (0-1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--stage-times", type=float, default=1.0, metavar="SHARE",
+        help="share of requests that ask the bidder for its stage times (0-1; default all)",
+    )  # fmt: skip
+    add_bidder_options(p)
+    p.set_defaults(command=cmd_replay)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    check_out_dirs(args.json, args.html)
+    settings = settings_from_args(args, 0, 0)
+    options = ReplayOptions(
+        speed=args.speed,
+        rate=args.rate,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        timeout_ms=args.timeout_ms,
+        deadline_ms=args.deadline_ms,
+        duplicate_notices=args.duplicate_notices,
+        reorder_notices=args.reorder_notices,
+        notice_window_ms=args.notice_window_ms,
+        path_policy=settings.path_policy,
+        budgets=_budgets(settings),
+        throttle=None if args.no_throttle else ThrottleRule(threshold=args.throttle_threshold),
+        stage_times=args.stage_times,
+    )
+    calibration = read_calibration(args.supply_from) if args.supply_from else None
+    records = list(read_stream(args.stream))
+    clock = _wanted_clock(args, settings, records)
+    if args.target:
+        result = uvloop.run(_replay_target(args, records, options, clock))
+        pacing = None
+    else:
+        result = _replay_embedded(args, records, options, clock)
+        pacing = settings_in_force(settings.pacing_config, settings.pacing_tick_s)
+    report = {**to_json(result), "pacing": pacing}
+    if clock is not None:
+        live = on_clock(settings, clock, 0)
+        offline = OfflineSettings(
+            nodes=live.workers,
+            tick_s=live.pacing_tick_s * clock.speed,
+            chunk_periods=live.chunk_periods,
+            breaker_window_s=live.breaker_window_s,
+        )
+        report["pacing_day"] = pacing_section(
+            report["campaigns"], options.budgets, calibration, offline
+        )
+    print_report(result, report, args.json, args.html)
+    return 0
+
+
+def read_calibration(path: Path) -> dict[str, Any]:
+    """The campaigns of a saved replay report (``--supply-from``)."""
+    try:
+        campaigns: dict[str, Any] = orjson.loads(path.read_bytes())["campaigns"]
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"--supply-from {path}: not a replay report with campaigns ({exc})"
+        ) from None
+    return campaigns
+
+
+def _wanted_clock(
+    args: argparse.Namespace, settings: Settings, records: list[StreamRecord]
+) -> StreamClock | None:
+    """The stream's clock this replay runs the bidder on; None: the real clock."""
+    if args.lead_s < 0:
+        raise ValueError(f"--lead-s must not be negative, got {args.lead_s}")
+    if args.clock == "real" or (args.clock == "auto" and args.rate is not None):
+        return None
+    if args.rate is not None:
+        raise ValueError("--rate ignores the stream's times: use --speed, or --clock real")
+    clock = stream_clock(records, args.speed)
+    problem = "the stream's t_ms and ts do not both advance" if clock is None else None
+    if clock is not None and not args.target:
+        problem = clock_problem(clock, settings.pacing_tick_s)
+    if problem is None:
+        print(
+            f"bidsim: the bidder runs on the stream's clock ({clock_text(clock)})", file=sys.stderr
+        )
+        return clock
+    if args.clock == "stream":
+        raise ValueError(problem)
+    print(f"bidsim: the bidder runs on the real clock: {problem}", file=sys.stderr)
+    return None
+
+
+async def _replay_target(
+    args: argparse.Namespace,
+    records: list[StreamRecord],
+    options: ReplayOptions,
+    wanted: StreamClock | None,
+) -> ReplayResult:
+    try:
+        target = await read_target_clock(args.target)
+    except LookupError as exc:
+        if wanted is not None:
+            raise ValueError(f"{exc}; with --clock real the replay does not ask") from None
+        target = None
+    problem = target_problem(wanted, target, time.time_ns() // 1_000_000)
+    if problem is not None:
+        raise ValueError(problem)
+    if target is not None:
+        await _until(target.at_ms)
+    return await replay(records, args.target, options, not args.no_progress)
+
+
+def _replay_embedded(
+    args: argparse.Namespace,
+    records: list[StreamRecord],
+    options: ReplayOptions,
+    clock: StreamClock | None,
+) -> ReplayResult:
+    settings = settings_from_args(args, held_port(), free_port())
+    start_at_ms = time.time_ns() // 1_000_000 + round(args.lead_s * 1000)
+    if clock is not None:
+        settings = on_clock(settings, clock, start_at_ms)
+    with local_stack(args, settings) as stack:
+        settings = on_stack(settings, stack)
+
+        async def run() -> ReplayResult:
+            async with running_bidder(settings) as bidder:
+                if clock is not None:
+                    late_s = (time.time_ns() // 1_000_000 - start_at_ms) / 1000
+                    if late_s > 0:
+                        raise ValueError(
+                            f"the stack took {late_s:.1f} s longer to start than --lead-s "
+                            f"{args.lead_s:g}: the first requests would arrive after their ts"
+                        )
+                    await _until(start_at_ms)
+                target = f"{bidder.bid_url}/openrtb2/bid"
+                return await replay(records, target, options, not args.no_progress)
+
+        return uvloop.run(run())
+
+
+def clock_text(clock: StreamClock | None) -> str:
+    return "real" if clock is None else f"starts at {clock.start_ms}, runs {clock.speed:g}x"
+
+
+async def _until(epoch_ms: int) -> None:
+    await asyncio.sleep(max(epoch_ms / 1000 - time.time(), 0.0))
+
+
+def check_out_dirs(*outs: Path | None) -> None:
+    """Refuse a report path in a missing directory before the work, not after it."""
+    for out in outs:
+        if out is not None and not out.parent.is_dir():
+            raise ValueError(f"no such directory for the report: {out.parent}")
+
+
+def _budgets(settings: Settings) -> dict[str, Budget]:
+    """The campaign file's budgets (scaled) and curves: what spend is measured against."""
+    if settings.campaigns_path is None:
+        return {}
+    named = dict(BUILTIN)
+    if settings.pacing_curves is not None:
+        named.update(load_curve_dir(settings.pacing_curves))
+    if settings.pacing_config is not None:
+        named.update(load_pacing_file(settings.pacing_config).curves())
+    return budgets_of(campaigns_of(settings.campaigns_path, settings), named)
+
+
+def print_report(
+    result: ReplayResult, report: dict[str, Any], json_out: Path | None, html_out: Path | None
+) -> None:
+    """``report["pacing"]``: the settings the embedded bidder ran with (None: a bidder
+    elsewhere); ``report["pacing_day"]``: the day's pacing figures, on the stream's clock."""
+    print(render_table(result))
+    pacing = report.get("pacing")
+    print(settings_line(pacing) if pacing else "pacing: set by the bidder at --target")
+    if report.get("pacing_day"):
+        print()
+        print(render_pacing(report["pacing_day"]))
+    if json_out is not None:
+        json_out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+        print(f"report written to {json_out}")
+    if html_out is not None:
+        from bidder.replay.html import write_html  # matplotlib: only when asked for
+
+        write_html(report, html_out)
+        print(f"HTML report written to {html_out}")
+
+
+__all__ = ["check_out_dirs", "cmd_replay", "print_report", "read_calibration", "replay_parser"]

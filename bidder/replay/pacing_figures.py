@@ -1,0 +1,161 @@
+"""A live day's pacing figures, beside the offline simulator's for the same day.
+
+For each campaign with a budget whose target covers the whole simulated day (a replay
+on the stream's clock of a one-day stream), the live figures come from the replay's
+spend per simulated hour against the target curve (``pacing.report.day_figures``:
+``eod_spend_ratio``, ``max_cum_error_ratio``, ``hours_in_band_ratio``).
+
+The offline figures run ``pacing.simulate`` on the same day: the campaign's budget and
+curve, the bidder's nodes, the reconciler's simulated tick, chunk and breaker window,
+and the supply the campaign met. Supply is what the campaign would spend at pacing
+rate 1, hour by hour: the replay cannot see it while pacing throttles, so it comes from
+a calibration replay of the same stream with budgets too large to bind
+(``--supply-from REPORT``). Its spend per hour is the supply curve, its total over the
+budget the supply ratio; a campaign whose ratio is at least ``BINDS_AT`` has a budget
+that binds. The win price of the simulator's market is centred on the calibration's
+eCPM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bidder.core.campaigns import Campaign
+from bidder.core.ledger import cost_of
+from bidder.replay.campaign_outcomes import Budget
+from pacing.curves import Curve
+from pacing.reconcile import PacingConfig
+from pacing.report import day_figures, tracking
+from pacing.simulate import Market, Scenario, run
+
+BINDS_AT = 1.1
+"""Supply at rate 1 over the budget from which a budget binds (noise aside)."""
+KEYS = ("eod_spend_ratio", "max_cum_error_ratio", "hours_in_band_ratio")
+MIN_DAY_WINS = 100
+"""Fewer impressions a day than this leave an hour a handful: noise, not pacing."""
+WHOLE_DAY = 0.999
+"""A target of at least this share of the budget covers the day."""
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineSettings:
+    """The live stack's pacing settings, in simulated time."""
+
+    nodes: int
+    tick_s: float
+    chunk_periods: int
+    breaker_window_s: float
+    seed: int = 1
+
+
+def pacing_section(
+    campaigns: Mapping[str, Mapping[str, Any]],
+    budgets: Mapping[str, Budget],
+    calibration: Mapping[str, Mapping[str, Any]] | None,
+    offline: OfflineSettings,
+) -> dict[str, Any]:
+    """``{campaign id: {live, offline, supply_ratio, binds, hourly_spend, hourly_target}}``."""
+    section = {}
+    for cid, figures in campaigns.items():
+        budget, target = budgets.get(cid), figures.get("target_by_hour")
+        if budget is None or budget.curve is None or target is None:
+            continue
+        if sum(target) < WHOLE_DAY * budget.daily_budget_micros:
+            continue
+        spend = figures["spend_by_hour"]
+        entry: dict[str, Any] = {
+            "live": _rounded(day_figures(spend, target, budget.daily_budget_micros)),
+            "hourly_spend_micros": spend,
+            "hourly_target_micros": target,
+        }
+        entry |= _offline(calibration.get(cid) if calibration else None, budget, offline)
+        section[cid] = entry
+    return section
+
+
+def _offline(
+    calibrated: Mapping[str, Any] | None, budget: Budget, settings: OfflineSettings
+) -> dict[str, Any]:
+    supply = list(calibrated["spend_by_hour"]) if calibrated else []
+    if not supply or sum(supply) <= 0 or budget.curve is None:
+        return {"supply_ratio": None, "binds": None, "offline": None, "offline_hourly": None}
+    ratio = sum(supply) / budget.daily_budget_micros
+    median = max(round(calibrated["ecpm_usd"] * 1_000_000), 1) if calibrated else 1
+    scenario = Scenario(
+        budget_micros=budget.daily_budget_micros,
+        nodes=settings.nodes,
+        curve=budget.curve,
+        supply=Curve.from_weights(supply, "calibration spend by hour"),
+        supply_ratio=ratio,
+        market=Market(median_cpm_micros=median, bid_cpm_micros=round(median * 1.25)),
+        config=PacingConfig(
+            tick_s=settings.tick_s,
+            chunk_periods_per_day=settings.chunk_periods,
+            breaker_window_s=settings.breaker_window_s,
+        ),
+        seed=settings.seed,
+    )
+    figures = tracking(run(scenario))
+    return {
+        "supply_ratio": round(ratio, 4),
+        "binds": ratio >= BINDS_AT,
+        "offline": _rounded({key: figures[key] for key in KEYS}),
+        "offline_hourly": figures["hourly_spend_micros"],
+    }
+
+
+def sized(
+    campaigns: Sequence[Campaign],
+    calibration: Mapping[str, Mapping[str, Any]],
+    supply_ratio: float,
+    chunks_per_day: int,
+) -> list[Campaign]:
+    """Each campaign with the daily budget its calibrated spend at rate 1 covers
+    ``supply_ratio`` times: budgets that bind on that stream.
+
+    Kept are the campaigns that won at least ``MIN_DAY_WINS x supply_ratio`` impressions
+    in the calibration (fewer leave each hour a handful: noise, not pacing) and whose
+    lease chunk (budget / ``chunks_per_day``, i.e. nodes x chunk periods) covers one
+    impression at the maximum bid: a node admits a bid only when its chunk covers that.
+    """
+    if not supply_ratio > 0 or chunks_per_day < 1:
+        raise ValueError("--supply-ratio must be positive and --nodes, --chunk-periods at least 1")
+    out = []
+    for campaign in campaigns:
+        calibrated = calibration.get(campaign.id) or {}
+        budget = round(calibrated.get("spend_micros", 0) / supply_ratio)
+        if calibrated.get("wins", 0) < MIN_DAY_WINS * supply_ratio:
+            continue
+        if budget // chunks_per_day >= cost_of(campaign.max_bid_cpm_micros):
+            out.append(dataclasses.replace(campaign, daily_budget_micros=budget))
+    return out
+
+
+def _rounded(figures: Mapping[str, float]) -> dict[str, float]:
+    return {key: round(value, 4) for key, value in figures.items()}
+
+
+def render_pacing(section: Mapping[str, Mapping[str, Any]]) -> str:
+    """The terminal table: each campaign's live figures beside the simulator's."""
+    width = max([len("pacing (live | offline)"), *map(len, section)]) + 2
+    lines = [
+        f"{'pacing (live | offline)':<{width}}{'supply':>7}  {'EOD spend':>15}"
+        f"  {'max cum error':>15}  {'hours in band':>15}"
+    ]
+    for cid, entry in section.items():
+        live, off = entry["live"], entry.get("offline") or {}
+        ratio = entry.get("supply_ratio")
+        cells = [
+            f"{live[key]:>7.1%}|{off[key]:<7.1%}" if key in off else f"{live[key]:>7.1%}|{'-':<7}"
+            for key in KEYS
+        ]
+        supply = f"{ratio:>6.2f}x" if ratio is not None else f"{'-':>7}"
+        lines.append(f"  {cid:<{width - 2}}{supply}  " + "  ".join(cells))
+    lines.append("  supply: spend at rate 1 (--supply-from) over the budget; binds from 1.1x")
+    return "\n".join(lines)
+
+
+__all__ = ["BINDS_AT", "KEYS", "OfflineSettings", "pacing_section", "render_pacing", "sized"]

@@ -1,0 +1,73 @@
+"""A live day's pacing figures and the budgets that make them bind."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bidder.core.campaign_docs import load_campaign_file
+from bidder.replay.campaign_outcomes import Budget
+from bidder.replay.pacing_figures import OfflineSettings, pacing_section, sized
+from pacing.curves import STANDARD
+from tests.bidder.live import CAMPAIGNS
+
+BUDGET = 24_000_000
+OFFLINE = OfflineSettings(nodes=2, tick_s=300.0, chunk_periods=4, breaker_window_s=86_400.0)
+
+
+def _target() -> list[float]:
+    return [BUDGET * (STANDARD.cum[h + 1] - STANDARD.cum[h]) for h in range(24)]
+
+
+def _campaign(spend: list[float]) -> dict[str, object]:
+    return {"spend_by_hour": [round(s) for s in spend], "target_by_hour": _target()}
+
+
+def test_a_day_on_its_curve_is_all_in_band_and_spent() -> None:
+    section = pacing_section(
+        {"c": _campaign(_target())}, {"c": Budget(BUDGET, STANDARD)}, None, OFFLINE
+    )
+    assert section["c"]["live"] == {
+        "eod_spend_ratio": 1.0, "max_cum_error_ratio": 0.0, "hours_in_band_ratio": 1.0
+    }  # fmt: skip
+    assert section["c"]["offline"] is None and section["c"]["binds"] is None
+
+
+def test_a_day_spent_by_noon_is_far_from_its_curve() -> None:
+    front = [BUDGET / 12 if h < 12 else 0.0 for h in range(24)]
+    live = pacing_section({"c": _campaign(front)}, {"c": Budget(BUDGET, STANDARD)}, None, OFFLINE)[
+        "c"
+    ]["live"]
+    assert live["eod_spend_ratio"] == 1.0
+    assert live["max_cum_error_ratio"] > 0.3 and live["hours_in_band_ratio"] < 0.2
+
+
+def test_the_offline_day_uses_the_calibrated_supply_and_binds_above_the_ratio() -> None:
+    calibration = {"c": {"spend_by_hour": [round(2 * t) for t in _target()], "ecpm_usd": 2.0}}
+    entry = pacing_section(
+        {"c": _campaign(_target())}, {"c": Budget(BUDGET, STANDARD)}, calibration, OFFLINE
+    )["c"]
+    assert entry["supply_ratio"] == 2.0 and entry["binds"] is True
+    assert 0.95 <= entry["offline"]["eod_spend_ratio"] <= 1.0
+
+
+def test_a_partial_day_or_a_campaign_without_budget_has_no_figures() -> None:
+    half = {"spend_by_hour": [0] * 24, "target_by_hour": [t / 2 for t in _target()]}
+    section = pacing_section(
+        {"half": half, "free": _campaign(_target())},
+        {"half": Budget(BUDGET, STANDARD)},
+        None,
+        OFFLINE,
+    )
+    assert section == {}
+
+
+def test_sizing_keeps_campaigns_with_enough_wins_and_a_chunk_that_covers_a_bid() -> None:
+    campaigns = load_campaign_file(CAMPAIGNS)
+    first, second, third = campaigns[:3]
+    calibration = {
+        first.id: {"wins": 1_000, "spend_micros": 3_000_000_000},
+        second.id: {"wins": 10, "spend_micros": 3_000_000_000},  # too few impressions
+        third.id: {"wins": 1_000, "spend_micros": 3_000},  # chunk below one impression
+    }
+    out = sized([first, second, replace(third, max_bid_cpm_micros=1_000_000)], calibration, 2.0, 8)
+    assert [(c.id, c.daily_budget_micros) for c in out] == [(first.id, 1_500_000_000)]
