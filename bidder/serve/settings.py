@@ -8,13 +8,13 @@ option, so a misconfigured deployment is fixed in one round.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bidder.core.clock import Clock, SimTime, SystemClock
 from bidder.core.tokens import MIN_KEY_BYTES, check_kid
 from bidder.decide.ratelimit import RateLimits
+from bidder.serve.settings_formats import BUCKET_NAME, KEY_NAMESPACE, STREAM_NAME, is_url
 from bidder.supply.path import MAX_FEE_BPS, PathPolicy
 from pacing.config_file import PacingFileError, load_pacing_file
 from pacing.lease import DEFAULT_CHUNK_PERIODS
@@ -247,14 +247,14 @@ class Settings:
                 f"--campaigns: no such file: {self.campaigns_path}",
             ),
             (
-                _is_url(self.valkey_url, ("redis", "rediss", "valkey")),
+                is_url(self.valkey_url, ("redis", "rediss", "valkey")),
                 "--valkey must be a redis:// URL",
             ),
             (
-                _is_url(self.aws_endpoint, ("http", "https")),
+                is_url(self.aws_endpoint, ("http", "https")),
                 "--aws-endpoint must be an http(s):// URL",
             ),
-            (_is_url(self.public_url, ("http", "https")), "--public-url must be an http(s):// URL"),
+            (is_url(self.public_url, ("http", "https")), "--public-url must be an http(s):// URL"),
             *self._notice_checks(),
             *self._ledger_checks(),
             *self._stage_checks(),
@@ -278,7 +278,7 @@ class Settings:
                 self.supply_dir is None or self.supply_dir.is_dir(),
                 f"--supply-dir: no such directory: {self.supply_dir}",
             ),
-            (_is_url(self.supply_s3, ("s3",)), "--supply-s3 must be an s3://bucket/prefix URL"),
+            (is_url(self.supply_s3, ("s3",)), "--supply-s3 must be an s3://bucket/prefix URL"),
             (self.supply_refresh_s >= 1, "--supply-refresh-s must be at least 1"),
             (
                 self.profile_miss in PROFILE_MISS_POLICIES,
@@ -375,11 +375,11 @@ class Settings:
     def _ledger_checks(self) -> list[tuple[bool, str]]:
         return [
             (
-                _STREAM.fullmatch(self.spend_stream) is not None,
+                STREAM_NAME.fullmatch(self.spend_stream) is not None,
                 "--spend-stream must be 1-128 of A-Z a-z 0-9 _ . -",
             ),
             (
-                _BUCKET.fullmatch(self.archive_bucket) is not None,
+                BUCKET_NAME.fullmatch(self.archive_bucket) is not None,
                 "--archive-bucket must be an S3 bucket name (3-63 of a-z 0-9 . -)",
             ),
             (
@@ -392,16 +392,7 @@ class Settings:
                 "--id-max-backwards-ms must be 0-10000",
             ),
             (
-                _NAMESPACE.fullmatch(self.key_namespace) is not None,
+                KEY_NAMESPACE.fullmatch(self.key_namespace) is not None,
                 "--key-namespace must be 1-32 of A-Z a-z 0-9 _ -",
             ),
         ]
-
-
-_STREAM = re.compile(r"[A-Za-z0-9_.-]{1,128}")
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_NAMESPACE = re.compile(r"[A-Za-z0-9_-]{1,32}")
-
-
-def _is_url(value: str | None, schemes: tuple[str, ...]) -> bool:
-    return value is None or any(value.startswith(f"{scheme}://") for scheme in schemes)
