@@ -81,6 +81,12 @@ def held_port() -> int:
     return port
 
 
+@atexit.register
+def _release_held_ports() -> None:
+    while _HELD:
+        _HELD.pop().close()
+
+
 # Resolved in the parent: between fork and exec the child should do as little as it can.
 _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
