@@ -20,12 +20,9 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
-import orjson
-
-from pacing.curves import Curve, CurveError
+from pacing.curves import Curve, CurveError, read_json_file
 from pacing.pid import PidGains
 from pacing.reconcile import PacingConfig
 
@@ -106,14 +103,7 @@ def pacing_doc(
 def load_pacing_file(path: str | os.PathLike[str]) -> PacingFile:
     """Read and check a settings file; PacingFileError names the file and each bad field."""
     source = str(path)
-    try:
-        doc = orjson.loads(Path(path).read_bytes())
-    except FileNotFoundError:
-        raise PacingFileError(f"{source}: file not found") from None
-    except OSError as exc:
-        raise PacingFileError(f"{source}: cannot read ({exc.strerror or exc})") from None
-    except orjson.JSONDecodeError as exc:
-        raise PacingFileError(f"{source}: not valid JSON ({exc})") from None
+    doc = read_json_file(path, PacingFileError)
     if not isinstance(doc, dict):
         raise PacingFileError(f"{source}: expected a JSON object (bidsim pacing tune --out)")
     problems: list[str] = []

@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -113,17 +114,23 @@ def day_of(wall_ms: int) -> int:
     return wall_ms // DAY_MS
 
 
+def read_json_file(path: str | os.PathLike[str], error: type[ValueError]) -> Any:
+    """A JSON file's document; ``error`` names the file and why it cannot be read."""
+    source = str(path)
+    try:
+        return orjson.loads(Path(path).read_bytes())
+    except FileNotFoundError:
+        raise error(f"{source}: file not found") from None
+    except OSError as exc:
+        raise error(f"{source}: cannot read ({exc.strerror or exc})") from None
+    except orjson.JSONDecodeError as exc:
+        raise error(f"{source}: not valid JSON ({exc})") from None
+
+
 def load_curve_file(path: str | os.PathLike[str]) -> Curve:
     """A curve from JSON: ``{"weights": [...24]}`` or a bare array of 24 numbers."""
     source = str(path)
-    try:
-        doc = orjson.loads(Path(path).read_bytes())
-    except FileNotFoundError:
-        raise CurveError(f"{source}: file not found") from None
-    except OSError as exc:
-        raise CurveError(f"{source}: cannot read ({exc.strerror or exc})") from None
-    except orjson.JSONDecodeError as exc:
-        raise CurveError(f"{source}: not valid JSON ({exc})") from None
+    doc = read_json_file(path, CurveError)
     weights = doc.get("weights") if isinstance(doc, dict) else doc
     if not isinstance(weights, list) or not all(_is_number(w) for w in weights):
         raise CurveError(f'{source}: expected {{"weights": [24 numbers]}} or an array of 24')
