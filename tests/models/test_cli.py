@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import uuid
 from pathlib import Path
 
@@ -15,14 +14,11 @@ from bidder.decide.profiles import MAX_BATCH_KEYS, Profile, ProfileTable
 from models.cli import add_commands, stream_user_keys
 from models.scorer import Scorer
 from models.synth import synth_profile
+from tests.cli import run_commands
 
 
 def _run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bidsim")
-    add_commands(parser.add_subparsers(required=True))
-    args = parser.parse_args(argv)
-    status: int = args.command(args)
-    return status
+    return run_commands(add_commands, argv)
 
 
 def test_train_writes_metrics_json_and_a_loadable_artifact(tmp_path: Path) -> None:

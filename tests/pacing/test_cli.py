@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import orjson
 import pytest
 
 from pacing.cli import add_commands
+from tests.cli import run_commands
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_STREAM = REPO / "fixtures" / "openrtb" / "sample-stream.jsonl.gz"
@@ -29,11 +29,7 @@ RECONCILER = [
 
 
 def _run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bidsim")
-    add_commands(parser.add_subparsers(required=True))
-    args = parser.parse_args(argv)
-    status: int = args.command(args)
-    return status
+    return run_commands(add_commands, argv)
 
 
 def test_simulate_writes_the_report_and_plots(tmp_path: Path) -> None:

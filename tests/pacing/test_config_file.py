@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from pacing.config_file import (
 from pacing.curves import STANDARD
 from pacing.lease import chunk_micros
 from tests.bidder.live import LiveBidder, own_aws_resources, stack_settings
+from tests.cli import run_commands
 
 BIDSIM = Path(sys.executable).parent / "bidsim"
 CAMPAIGN = "brightleaf-remnant-mrec"
@@ -35,11 +35,7 @@ PERIODS = 1000
 
 
 def _run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bidsim")
-    add_commands(parser.add_subparsers(required=True))
-    args = parser.parse_args(argv)
-    status: int = args.command(args)
-    return status
+    return run_commands(add_commands, argv)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 from bidder.adapters.lua import LuaScript
-from bidder.adapters.valkey import connect_pipelined
 from bidder.adapters.valkey_pipelined import PipelinedConnection
 
 
@@ -33,14 +32,6 @@ def sync_client(valkey_url: str) -> Iterator[redis.Redis]:
 async def client(valkey_url: str) -> AsyncIterator[aioredis.Redis]:
     async with aioredis.Redis.from_url(valkey_url) as client:
         yield client
-
-
-@pytest_asyncio.fixture
-async def pipelined(valkey_url: str) -> AsyncIterator[PipelinedConnection]:
-    connection = connect_pipelined(valkey_url, connect_timeout_s=2.0)
-    await connection.connect()
-    yield connection
-    await connection.aclose()
 
 
 def script_loads(client: redis.Redis) -> int:

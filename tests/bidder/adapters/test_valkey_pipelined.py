@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import hiredis
 import pytest
-import pytest_asyncio
 import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -44,14 +43,6 @@ def test_a_packed_command_parses_back_to_its_arguments(command: list[bytes | str
 
 
 # -- one server, shared by the tests that do not break it -----------------------------------
-
-
-@pytest_asyncio.fixture
-async def pipelined(valkey_url: str) -> AsyncIterator[PipelinedConnection]:
-    connection = connect_pipelined(valkey_url, connect_timeout_s=2.0)
-    await connection.connect()
-    yield connection
-    await connection.aclose()
 
 
 def echo(n: int | str) -> bytes:
