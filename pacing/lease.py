@@ -198,6 +198,7 @@ class ReturnedLease:
 class _Generation:
     lease_id: int
     per_node: int
+    nodes: int
     total_micros: int
     expires_ms: int
     returned_by: set[str] = field(default_factory=set)
@@ -236,8 +237,18 @@ class LeaseBook:
 
     def record(self, lease_id: int, per_node: int, nodes: int, expires_ms: int) -> None:
         if per_node > 0 and nodes > 0:
-            self._live.append(_Generation(lease_id, per_node, per_node * nodes, expires_ms))
+            self._live.append(_Generation(lease_id, per_node, nodes, per_node * nodes, expires_ms))
             self._exposure += per_node * nodes
+
+    def keepable(self, per_node: int, nodes: int) -> Lease | None:
+        """The newest lease out, when it allows each node more than ``per_node`` and was
+        granted to as many nodes: re-sending it (same id: nodes keep what they spent from
+        it) grants nothing new, where a smaller fresh lease would replace it on the
+        nodes while the exposure still holds it whole. Call after ``observe``."""
+        gen = self._live[-1] if self._live else None
+        if gen is None or gen.per_node <= per_node or gen.nodes != nodes or gen.returned_by:
+            return None
+        return Lease(gen.lease_id, gen.per_node, gen.expires_ms, 0)
 
     def give_back(self, node: str, lease_id: int, micros: int) -> int:
         """Take ``node``'s unspent remainder of lease ``lease_id`` off the exposure.

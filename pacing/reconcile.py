@@ -26,6 +26,7 @@ Nothing here does I/O or reads a clock: time comes in as ``now_ms``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -178,10 +179,14 @@ class CampaignPacer:
         per_node = 0 if paused else grant_per_node(
             b.daily_budget_micros, spent, outstanding, nodes, chunk
         )  # fmt: skip
-        expires = expiry_ms(now_ms, cfg.tick_ms)
-        self.book.record(lease_id, per_node, nodes, expires)
         rate_ppm = 0 if paused else round(rate * RATE_SCALE)
-        lease = Lease(lease_id, per_node, expires, rate_ppm)
+        kept = None if paused else self.book.keepable(per_node, nodes)
+        if kept is not None:  # what is left of the budget is out already: no empty lease
+            lease = dataclasses.replace(kept, rate_ppm=rate_ppm)
+        else:
+            expires = expiry_ms(now_ms, cfg.tick_ms)
+            self.book.record(lease_id, per_node, nodes, expires)
+            lease = Lease(lease_id, per_node, expires, rate_ppm)
         return Plan(
             b.campaign_id, lease, target, spent, self.book.exposure, self.book.overdrawn,
             paused, tripped, returned,

@@ -231,3 +231,46 @@ def test_returned_records_of_an_unknown_campaign_are_dropped() -> None:
     back = ReturnedLease("n2", "gone", 1, 400)
     result = Reconcile().tick(NOON, [_budget()], {"c1": 0}, nodes=1, returns=[back])
     assert result.returns_seen == [back]
+
+
+def test_a_tick_that_can_grant_less_than_the_lease_out_keeps_that_lease() -> None:
+    core, budget = Reconcile(PacingConfig(chunk_micros=100)), _budget(900)
+    core.tick(NOON, [budget], {"c1": 700}, nodes=1)  # 100
+    out = core.tick(NOON + TICK_MS, [budget], {"c1": 700}, nodes=1).plans[0]  # 100 more
+    # the first lease expired after 50 was spent (from either lease): 50 left to grant,
+    # less than the second lease a node may still hold whole
+    result = core.tick(NOON + 2 * TICK_MS, [budget], {"c1": 750}, nodes=1)
+    kept = result.plans[0]
+    assert kept.lease.lease_id == out.lease.lease_id
+    assert kept.lease.amount_micros == 100 and kept.lease.expires_ms == out.lease.expires_ms
+    assert kept.exposure_micros == 100 and result.violations == []
+
+
+def test_a_kept_lease_carries_the_new_rate() -> None:
+    core, budget = Reconcile(PacingConfig(chunk_micros=100)), _budget(86_400_000_000)
+    spent = {"c1": 86_400_000_000 - 200}  # seconds ahead of the curve, less so each tick
+    first = core.tick(DAY0 + DAY_MS - 9_000, [budget], spent, nodes=2).plans[0]  # the rest: out
+    later = core.tick(DAY0 + DAY_MS - 4_000, [budget], spent, nodes=2).plans[0]
+    assert later.lease.lease_id == first.lease.lease_id and later.lease.amount_micros == 100
+    assert 0 < first.rate < later.rate < 1
+
+
+def test_no_lease_is_kept_for_a_different_number_of_nodes() -> None:
+    core, budget = Reconcile(PacingConfig(chunk_micros=100)), _budget(200)
+    first = core.tick(NOON, [budget], {"c1": 0}, nodes=2).plans[0]
+    more = core.tick(NOON + TICK_MS, [budget], {"c1": 0}, nodes=3).plans[0]
+    assert more.lease.lease_id != first.lease.lease_id and more.lease.amount_micros == 0
+
+
+@given(near_exhaustion, st.integers(1, 60), steps)
+def test_kept_leases_never_raise_the_exposure(
+    left: int, nodes: int, steps: list[tuple[int, int]]
+) -> None:
+    ids: set[int] = set()
+    previous = 0
+    for result in _realistic(Reconcile(), left, nodes, steps):
+        plan = result.plans[0]
+        if plan.lease.lease_id in ids:  # re-sent: no new money on top of what was out
+            assert plan.exposure_micros <= previous
+        ids.add(plan.lease.lease_id)
+        previous = plan.exposure_micros
