@@ -22,6 +22,14 @@ from pacing.node import NodePacer
 log = logging.getLogger("bidsim.pacing")
 
 
+def refresh_interval_s(lease_refresh_s: float, tick_s: float) -> float:
+    """How often a node re-reads its leases: ``lease_refresh_s``, but at most half a
+    pacing tick. A lease lives two ticks from its write and a refresh reads one up to a
+    tick old, so a node refreshing less than once a tick would hold an expired lease
+    (``no_lease``) while a live one waited in Valkey."""
+    return min(lease_refresh_s, tick_s / 2)
+
+
 async def refresh_once(pacer: NodePacer, reader: LeaseReader, clock: Clock) -> bool:
     """Heartbeat and reload the leases; on any failure only unexpired leases spend."""
     try:

@@ -73,7 +73,7 @@ from ids.worker_lease import WorkerLease
 from models.serving import Pricer
 from pacing import NodePacer
 from pacing.lease_store import LeaseReader
-from pacing.refresher import return_leases, run_refresher
+from pacing.refresher import refresh_interval_s, return_leases, run_refresher
 
 log = logging.getLogger(__name__)
 
@@ -124,11 +124,12 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
     # The heartbeat is compared with the reconciler's wall clock: three ticks of it.
     heartbeat_ms = round(3 * settings.pacing_tick_s * 1000 * clock.speed)
     lease_reader = LeaseReader(stores.valkey, pacer.node_id, max(heartbeat_ms, 15_000))
+    refresh_s = refresh_interval_s(settings.lease_refresh_s, settings.pacing_tick_s)
     state.background += [
         lease.keep,
         win.producer.run,
         partial(win.journal.run, win.biller.replay),
-        partial(run_refresher, pacer, lease_reader, clock, settings.lease_refresh_s),
+        partial(run_refresher, pacer, lease_reader, clock, refresh_s),
         *_refreshers(settings, inputs),
         partial(run_flusher, settings.metrics_flush_s),
     ]

@@ -45,6 +45,7 @@ from bidder.stack.child import ChildProcess
 from bidder.winloop.spend_stream import ensure_ledger_resources
 from models.scorer import ModelHandle
 from pacing.lease_store import leases_key
+from pacing.refresher import refresh_interval_s
 
 log = logging.getLogger(__name__)
 
@@ -213,8 +214,10 @@ def wait_for_leases(settings: Settings, nodes: list[str]) -> None:
     try:
         while time.monotonic() < deadline:
             if all(client.exists(leases_key(node)) for node in nodes):
-                # Each worker re-reads its leases every lease_refresh_s.
-                time.sleep(1.5 * settings.lease_refresh_s)
+                # Each worker re-reads its leases at this interval.
+                time.sleep(
+                    1.5 * refresh_interval_s(settings.lease_refresh_s, settings.pacing_tick_s)
+                )
                 return
             time.sleep(0.1)
         log.warning("workers have no pacing leases yet: bids answer no_lease until they do")
