@@ -171,6 +171,25 @@ class FleetAccounts:
         self.spent += got
         return got
 
+    def spend_wins(
+        self, wins: np.ndarray, costs: np.ndarray, now_ms: int, max_cost: int
+    ) -> np.ndarray:
+        """Each node's wins in order (``wins[i]`` of them, their ``costs`` node after
+        node), each bid only while the node's lease still covered ``max_cost``: the live
+        node's bid-time check (``LeaseAccount.covers``). Returns what each node debited."""
+        nodes = len(self.spent)
+        if self.lease is None or not self.live(now_ms) or not len(costs):
+            return np.zeros(nodes, dtype=np.int64)
+        node_of = np.repeat(np.arange(nodes), wins)
+        running = np.concatenate(([0], np.cumsum(costs)))
+        firsts = np.cumsum(wins) - wins
+        before = running[:-1] - np.repeat(running[firsts], wins)
+        room = self.lease.amount_micros - self.spent - max_cost
+        admitted = before <= room[node_of]
+        got = np.bincount(node_of, weights=costs * admitted, minlength=nodes).astype(np.int64)
+        self.spent += got
+        return got
+
 
 def install(current: dict[str, LeaseAccount], fresh: dict[str, Lease]) -> dict[str, LeaseAccount]:
     """The accounts after a refresh: a lease seen before keeps what was spent from it."""

@@ -100,6 +100,10 @@ class Scenario:
     runaway_at_s: float | None = None
     runaway_factor: float = 4.0
     """From ``runaway_at_s`` nodes ignore the rate and supply grows by this factor."""
+    max_cost_micros: int = 0
+    """The most one impression can cost (the campaign's maximum bid): a node bids only
+    while its lease covers it, as the live node does. 0: a node spends its lease to the
+    last micro."""
 
     @property
     def chunk(self) -> int:
@@ -237,8 +241,11 @@ class _Day:
         full = self._full_rate_spend(now_s)
         if sc.runaway_at_s is not None and now_s >= sc.runaway_at_s:
             rate, full = 1.0, full * sc.runaway_factor
-        drawn = self._draw(full * rate / sc.nodes, sc.actual.price_shifted(_hour(now_s)))
-        return self.fleet.spend_up_to(drawn, now_ms), rate
+        per_node, shifted = full * rate / sc.nodes, sc.actual.price_shifted(_hour(now_s))
+        if sc.max_cost_micros and not sc.expected_values:
+            wins, costs = self._wins(per_node, shifted)
+            return self.fleet.spend_wins(wins, costs, now_ms, sc.max_cost_micros), rate
+        return self.fleet.spend_up_to(self._draw(per_node, shifted), now_ms), rate
 
     def _full_rate_spend(self, now_s: float) -> float:
         return self.sc.full_rate_spend(now_s, self.available)
@@ -248,14 +255,17 @@ class _Day:
         nodes = self.sc.nodes
         if self.sc.expected_values:
             return np.full(nodes, round(per_node_micros), dtype=np.int64)
-        table = self.costs[price_shifted]
-        wins = self.rng.poisson(per_node_micros / self.mean_cost[price_shifted], nodes)
-        total = int(wins.sum())
-        if total == 0:
+        wins, costs = self._wins(per_node_micros, price_shifted)
+        if not len(costs):
             return np.zeros(nodes, dtype=np.int64)
-        costs = table[self.rng.integers(0, len(table), total)]
         running = np.concatenate(([0], np.cumsum(costs)))
         return np.diff(running[np.concatenate(([0], np.cumsum(wins)))])
+
+    def _wins(self, per_node_micros: float, price_shifted: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Each node's number of wins, and their costs, node after node."""
+        table = self.costs[price_shifted]
+        wins = self.rng.poisson(per_node_micros / self.mean_cost[price_shifted], self.sc.nodes)
+        return wins, table[self.rng.integers(0, len(table), int(wins.sum()))]
 
 
 def _hour(second: float) -> int:

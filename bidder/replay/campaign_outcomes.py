@@ -28,6 +28,7 @@ from typing import Any
 
 from bidder.bidstream.auction import Settlement
 from bidder.core.campaigns import Campaign
+from bidder.core.ledger import cost_of
 from pacing.curves import BUILTIN, DAY_S, HOUR_S, Curve, CurveError, day_of, resolve_curve
 
 NO_CID = "(no cid)"
@@ -48,6 +49,8 @@ class Budget:
     daily_budget_micros: int
     curve: Curve | None
     """None when the campaign names a curve the replay does not know."""
+    max_cost_micros: int = 0
+    """The most one impression can cost (at the maximum bid): a lease below it never spends."""
 
 
 def budgets_of(
@@ -60,7 +63,9 @@ def budgets_of(
             curve: Curve | None = resolve_curve(campaign.pacing_curve, named)
         except CurveError:
             curve = None
-        budgets[campaign.id] = Budget(campaign.daily_budget_micros, curve)
+        budgets[campaign.id] = Budget(
+            campaign.daily_budget_micros, curve, cost_of(campaign.max_bid_cpm_micros)
+        )
     return budgets
 
 

@@ -97,6 +97,7 @@ def _offline(
             breaker_window_s=settings.breaker_window_s,
         ),
         seed=settings.seed,
+        max_cost_micros=budget.max_cost_micros,
     )
     figures = tracking(run(scenario))
     return {

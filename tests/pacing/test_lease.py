@@ -77,6 +77,38 @@ def test_fleet_accounts_cap_each_node_at_its_lease() -> None:
     assert fleet.spend_up_to(np.array([1, 1, 1]), 10_000).tolist() == [0, 0, 0]
 
 
+def test_fleet_nodes_bid_only_while_their_lease_covers_the_maximum_cost() -> None:
+    fleet = FleetAccounts(3)
+    fleet.install(Lease(1, 100, 10_000, 1_000_000))
+    wins, costs = np.array([5, 2, 0]), np.array([20, 20, 20, 20, 20, 50, 10])
+    # node 0 bids while 100 - spent >= 30: its first four wins; node 1 both
+    assert fleet.spend_wins(wins, costs, 0, 30).tolist() == [80, 60, 0]
+    assert fleet.spend_wins(np.array([1, 1, 1]), np.array([5, 5, 5]), 0, 30).tolist() == [0, 5, 5]
+    assert fleet.spend_wins(np.array([1, 0, 0]), np.array([5]), 10_000, 0).tolist() == [0, 0, 0]
+
+
+@given(
+    st.integers(1, 10_000),
+    st.integers(1, 500),
+    st.lists(st.lists(st.integers(1, 500), max_size=30), min_size=1, max_size=5),
+)
+def test_fleet_nodes_stop_only_when_the_next_bid_could_pass_the_lease(
+    amount: int, max_cost: int, per_node: list[list[int]]
+) -> None:
+    costs = [min(c, max_cost) for node in per_node for c in node]
+    fleet = FleetAccounts(len(per_node))
+    fleet.install(Lease(1, amount, 10_000, 1_000_000))
+    wins = np.array([len(node) for node in per_node])
+    got = fleet.spend_wins(wins, np.array(costs, dtype=np.int64), 0, max_cost)
+    for node, spent in zip(per_node, got.tolist(), strict=True):
+        capped = [min(c, max_cost) for c in node]
+        assert spent <= amount
+        admitted = 0
+        while admitted < len(capped) and sum(capped[:admitted]) <= amount - max_cost:
+            admitted += 1
+        assert spent == sum(capped[:admitted])
+
+
 def test_lease_book_counts_unspent_leases_until_expiry() -> None:
     book = LeaseBook()
     book.observe(0, spent=0)

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from pacing.report import day_report
+from pacing.reconcile import PacingConfig
+from pacing.report import day_report, tracking
 from pacing.simulate import Scenario, run, window
 
 
@@ -66,3 +67,21 @@ def test_same_seed_same_day() -> None:
     sc = window(Scenario(), 43_200.0, 600.0, 600.0)
     assert run(sc).spend.tolist() == run(sc).spend.tolist()
     assert run(sc).spend.tolist() != run(replace(sc, seed=2)).spend.tolist()
+
+
+def test_a_lease_below_one_impression_at_the_maximum_bid_never_spends() -> None:
+    sc = window(Scenario(), 43_200.0, 600.0, 600.0)
+    assert run(replace(sc, max_cost_micros=sc.chunk + 1)).spend.sum() == 0
+    assert run(replace(sc, max_cost_micros=sc.chunk)).spend.sum() > 0
+
+
+def test_the_bid_time_bound_leaves_less_than_one_maximum_cost_per_node_unspent() -> None:
+    """Two nodes, chunks of a quarter of the budget per node: leases run out at the end."""
+    base = Scenario(
+        budget_micros=200_000, nodes=2, supply_ratio=2.5,
+        config=PacingConfig(tick_s=720.0, chunk_periods_per_day=4, breaker_window_s=86_400.0),
+    )  # fmt: skip
+    free = tracking(run(base))["eod_spend_micros"]
+    for max_cost in (5_000, 12_000, 20_000):
+        bound = tracking(run(replace(base, max_cost_micros=max_cost)))["eod_spend_micros"]
+        assert free - 2 * max_cost < bound < free
