@@ -26,6 +26,7 @@ from typing import Any
 from bidder.core.campaigns import Campaign
 from bidder.core.ledger import cost_of
 from bidder.replay.campaign_outcomes import Budget
+from pacing.actual import achievable
 from pacing.curves import Curve
 from pacing.reconcile import PacingConfig
 from pacing.report import day_figures, tracking
@@ -71,7 +72,9 @@ def pacing_section(
             "hourly_spend_micros": spend,
             "hourly_target_micros": target,
         }
-        entry |= _offline(calibration.get(cid) if calibration else None, budget, offline)
+        calibrated = calibration.get(cid) if calibration else None
+        entry |= _offline(calibrated, budget, offline)
+        entry["limits"] = limits(figures, budget, calibrated, offline.nodes)
         section[cid] = entry
     return section
 
@@ -105,6 +108,36 @@ def _offline(
         "binds": ratio >= BINDS_AT,
         "offline": _rounded({key: figures[key] for key in KEYS}),
         "offline_hourly": figures["hourly_spend_micros"],
+    }
+
+
+def limits(
+    figures: Mapping[str, Any],
+    budget: Budget,
+    calibrated: Mapping[str, Any] | None,
+    nodes: int,
+) -> dict[str, float | None]:
+    """What bounds the day's figures on both sides, live and offline, as shares of the budget.
+
+    - ``achievable_eod_ratio``: what the supply (the calibration's spend at rate 1, hour
+      by hour) lets a paced day spend, each hour's shortfall carried forward
+      (``pacing.actual.achievable``); None without a calibration.
+    - ``max_bid_tail_ratio``: what leases can leave unspent at the end of the budget: a
+      node bids only while its lease covers one impression at the maximum bid, so up to
+      that much per node stays out when the rest is split over the nodes.
+    - ``hourly_noise_ratio``: the relative spread of an hour's impressions (Poisson:
+      1 / sqrt(the day's wins / 24)); an hour's +-10% band is noise when it is larger.
+    """
+    daily = budget.daily_budget_micros
+    achievable_eod = None
+    if calibrated and calibrated.get("spend_by_hour"):
+        target = [round(t) for t in figures["target_by_hour"]]
+        achievable_eod = round(sum(achievable(target, calibrated["spend_by_hour"])) / daily, 4)
+    wins = figures.get("wins") or 0
+    return {
+        "achievable_eod_ratio": achievable_eod,
+        "max_bid_tail_ratio": round(min(nodes * budget.max_cost_micros / daily, 1.0), 4),
+        "hourly_noise_ratio": round((24 / wins) ** 0.5, 4) if wins else None,
     }
 
 
@@ -155,8 +188,22 @@ def render_pacing(section: Mapping[str, Mapping[str, Any]]) -> str:
         ]
         supply = f"{ratio:>6.2f}x" if ratio is not None else f"{'-':>7}"
         lines.append(f"  {cid:<{width - 2}}{supply}  " + "  ".join(cells))
+        lines.append(f"    {_limits_text(entry.get('limits') or {})}")
     lines.append("  supply: spend at rate 1 (--supply-from) over the budget; binds from 1.1x")
     return "\n".join(lines)
 
 
-__all__ = ["BINDS_AT", "KEYS", "OfflineSettings", "pacing_section", "render_pacing", "sized"]
+def _limits_text(found: Mapping[str, float | None]) -> str:
+    reach, tail = found.get("achievable_eod_ratio"), found.get("max_bid_tail_ratio")
+    noise = found.get("hourly_noise_ratio")
+    parts = [
+        f"supply allows {reach:.1%} of the budget" if reach is not None else None,
+        f"leases at the maximum bid can leave {tail:.1%} unspent" if tail else None,
+        f"an hour's spend varies +-{noise:.0%} (Poisson)" if noise is not None else None,
+    ]
+    return "limits: " + ("; ".join(p for p in parts if p) or "-")
+
+
+__all__ = [
+    "BINDS_AT", "KEYS", "OfflineSettings", "limits", "pacing_section", "render_pacing", "sized",
+]  # fmt: skip

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.replay.campaign_outcomes import Budget
-from bidder.replay.pacing_figures import OfflineSettings, pacing_section, sized
+from bidder.replay.pacing_figures import OfflineSettings, pacing_section, render_pacing, sized
 from pacing.curves import STANDARD
 from tests.bidder.live import CAMPAIGNS
 
@@ -71,3 +71,20 @@ def test_sizing_keeps_campaigns_with_enough_wins_and_a_chunk_that_covers_a_bid()
     }
     out = sized([first, second, replace(third, max_bid_cpm_micros=1_000_000)], calibration, 2.0, 8)
     assert [(c.id, c.daily_budget_micros) for c in out] == [(first.id, 1_500_000_000)]
+
+
+def test_the_limits_name_short_supply_the_maximum_bid_tail_and_hourly_noise() -> None:
+    short_evening = [round(t * (0.5 if h >= 20 else 2.0)) for h, t in enumerate(_target())]
+    calibration = {"c": {"spend_by_hour": short_evening, "ecpm_usd": 2.0}}
+    campaign = _campaign(_target()) | {"wins": 96}
+    budget = Budget(BUDGET, STANDARD, max_cost_micros=600_000)
+    entry = pacing_section({"c": campaign}, {"c": budget}, calibration, OFFLINE)["c"]
+    evening = sum(_target()[20:])
+    assert entry["limits"] == {
+        "achievable_eod_ratio": round((BUDGET - evening / 2) / BUDGET, 4),
+        "max_bid_tail_ratio": 0.05,  # 2 nodes x 600,000 of 24,000,000
+        "hourly_noise_ratio": 0.5,  # 4 wins an hour
+    }
+    text = render_pacing({"c": entry})
+    assert "leases at the maximum bid can leave 5.0% unspent" in text
+    assert "an hour's spend varies +-50%" in text
