@@ -50,6 +50,23 @@ def test_the_offline_day_uses_the_calibrated_supply_and_binds_above_the_ratio() 
     assert 0.95 <= entry["offline"]["eod_spend_ratio"] <= 1.0
 
 
+def test_the_offline_figures_are_the_mean_of_its_simulated_days_with_their_range() -> None:
+    calibration = {"c": {"spend_by_hour": [round(2 * t) for t in _target()], "ecpm_usd": 2.0}}
+    budgets = {"c": Budget(BUDGET, STANDARD)}
+    one, many = (
+        pacing_section({"c": _campaign(_target())}, budgets, calibration,
+                       replace(OFFLINE, seeds=seeds))["c"]
+        for seeds in (1, 5)
+    )  # fmt: skip
+    for key, (low, high) in many["offline_range"].items():
+        assert low <= many["offline"][key] <= high
+        assert one["offline_range"][key] == [one["offline"][key]] * 2
+    assert (
+        many["offline_range"]["max_cum_error_ratio"][0]
+        < (many["offline_range"]["max_cum_error_ratio"][1])
+    )
+
+
 def test_a_partial_day_or_a_campaign_without_budget_has_no_figures() -> None:
     half = {"spend_by_hour": [0] * 24, "target_by_hour": [t / 2 for t in _target()]}
     section = pacing_section(
