@@ -22,7 +22,13 @@ import uvloop
 
 from bidder.bidstream.stream import StreamRecord, read_stream
 from bidder.replay.campaign_outcomes import Budget, budgets_of
-from bidder.replay.pacing_figures import OfflineSettings, pacing_section, render_pacing
+from bidder.replay.pacing_figures import (
+    OfflineSettings,
+    pacing_section,
+    render_pacing,
+    render_shed,
+    shed_share,
+)
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
 from bidder.replay.stream_clock import (
@@ -115,7 +121,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         throttle=None if args.no_throttle else ThrottleRule(threshold=args.throttle_threshold),
         stage_times=args.stage_times,
     )
-    calibration = read_calibration(args.supply_from) if args.supply_from else None
+    calibrated = read_calibration_report(args.supply_from) if args.supply_from else None
+    calibration = calibrated["campaigns"] if calibrated else None
     records = list(read_stream(args.stream))
     clock = _wanted_clock(args, settings, records)
     if args.target:
@@ -136,19 +143,30 @@ def cmd_replay(args: argparse.Namespace) -> int:
         report["pacing_day"] = pacing_section(
             report["campaigns"], options.budgets, calibration, offline
         )
+        report["pacing_day_shed"] = {
+            "live": shed_share(report), "calibration": shed_share(calibrated or {})
+        }  # fmt: skip
     print_report(result, report, args.json, args.html)
     return 0
 
 
 def read_calibration(path: Path) -> dict[str, Any]:
     """The campaigns of a saved replay report (``--supply-from``)."""
+    campaigns: dict[str, Any] = read_calibration_report(path)["campaigns"]
+    return campaigns
+
+
+def read_calibration_report(path: Path) -> dict[str, Any]:
+    """A saved replay report with campaigns (``--supply-from``), whole."""
     try:
-        campaigns: dict[str, Any] = orjson.loads(path.read_bytes())["campaigns"]
+        report: dict[str, Any] = orjson.loads(path.read_bytes())
+        if not isinstance(report["campaigns"], dict):
+            raise TypeError("campaigns is not an object")
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(
             f"--supply-from {path}: not a replay report with campaigns ({exc})"
         ) from None
-    return campaigns
+    return report
 
 
 def _wanted_clock(
@@ -263,6 +281,7 @@ def print_report(
     if report.get("pacing_day"):
         print()
         print(render_pacing(report["pacing_day"]))
+        print(render_shed(report.get("pacing_day_shed") or {}))
     if json_out is not None:
         json_out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
         print(f"report written to {json_out}")

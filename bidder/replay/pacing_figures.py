@@ -209,6 +209,32 @@ def render_pacing(section: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+SHED = ("overloaded", "deadline")
+"""No-bid reasons of requests the bidder refused for its own load, not for a campaign."""
+
+
+def shed_share(report: Mapping[str, Any]) -> float | None:
+    """The share of a replay's requests the bidder shed for load (``SHED``): supply no
+    campaign saw. Live and calibration replays shed differently on a busy machine, and
+    the simulator's supply is the calibration's."""
+    requests, reasons = report.get("requests"), report.get("nbr_reasons") or {}
+    if not requests:
+        return None
+    return round(sum(reasons.get(reason, 0) for reason in SHED) / requests, 4)
+
+
+def render_shed(shed: Mapping[str, float | None]) -> str:
+    live, calibration = shed.get("live"), shed.get("calibration")
+    if live is None or calibration is None:
+        return "  load shed (overloaded, deadline): unknown without --supply-from"
+    line = f"  load shed (overloaded, deadline): live {live:.1%}, calibration {calibration:.1%}"
+    if live > calibration + 0.01:
+        return line + ": live lost supply the simulator counts on, so it spends less"
+    if calibration > live + 0.01:
+        return line + ": the simulator's supply is short of what live met"
+    return line
+
+
 def _limits_text(found: Mapping[str, float | None]) -> str:
     reach, tail = found.get("achievable_eod_ratio"), found.get("max_bid_tail_ratio")
     noise = found.get("hourly_noise_ratio")
@@ -221,5 +247,6 @@ def _limits_text(found: Mapping[str, float | None]) -> str:
 
 
 __all__ = [
-    "BINDS_AT", "KEYS", "OfflineSettings", "limits", "pacing_section", "render_pacing", "sized",
+    "BINDS_AT", "KEYS", "SHED", "OfflineSettings", "limits", "pacing_section", "render_pacing",
+    "render_shed", "shed_share", "sized",
 ]  # fmt: skip

@@ -6,7 +6,14 @@ from dataclasses import replace
 
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.replay.campaign_outcomes import Budget
-from bidder.replay.pacing_figures import OfflineSettings, pacing_section, render_pacing, sized
+from bidder.replay.pacing_figures import (
+    OfflineSettings,
+    pacing_section,
+    render_pacing,
+    render_shed,
+    shed_share,
+    sized,
+)
 from pacing.curves import STANDARD
 from tests.bidder.live import CAMPAIGNS
 
@@ -105,3 +112,15 @@ def test_the_limits_name_short_supply_the_maximum_bid_tail_and_hourly_noise() ->
     text = render_pacing({"c": entry})
     assert "leases at the maximum bid can leave 5.0% unspent" in text
     assert "an hour's spend varies +-50%" in text
+
+
+def test_the_load_shed_share_counts_overloaded_and_deadline_answers() -> None:
+    report = {"requests": 1_000, "nbr_reasons": {"overloaded": 70, "deadline": 30, "geo": 500}}
+    assert shed_share(report) == 0.1
+    assert shed_share({"requests": 0}) is None
+
+
+def test_the_report_says_when_live_shed_more_than_its_calibration() -> None:
+    assert "live lost supply" in render_shed({"live": 0.25, "calibration": 0.10})
+    assert "short of what live met" in render_shed({"live": 0.05, "calibration": 0.20})
+    assert render_shed({"live": 0.10, "calibration": 0.105}).endswith("calibration 10.5%")
