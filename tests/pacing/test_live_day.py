@@ -9,15 +9,21 @@ is 1.5x the budget (``bidsim campaigns size``). The calibration is
     bidsim gen --out day.jsonl.gz --minutes 1 --rate 300 --seed 7
     bidsim replay day.jsonl.gz --workers 2 --pacing-tick-s 0.5 --budget-scale 1000 --json OUT
 
-Checked, on the scale of a one-minute day: a campaign buys 100-200 impressions a day,
-a dozen a simulated hour, so hourly figures are noise and the bounds are far wider
-than the full form's (docs/pacing.md). Every binding budget is spent mostly and not
-past it (EOD 0.75-1.02; measured 0.83 and 0.89), the cumulative spend stays near the
-curve (at most 25% of the budget off; measured 0.11 and 0.17), the ledger equals the
-DynamoDB totals, and the offline simulator on the same day, curve and settings ends
-within 15 points of the live day (measured 6 and 13 points). They fail when pacing
-does: a breaker tripping on noise left 4% spent, a lease below one impression at the
-maximum bid left 0%.
+Checked, on the scale of a one-minute day. A campaign buys 90-280 impressions a day,
+4-12 a simulated hour: an hour's spend varies by 35-55% (``limits.hourly_noise_ratio``),
+so the +-10% hourly band is noise on both sides, and one simulated day is too: the
+offline figures are the mean of 10 seeds with their range (northwind's EOD spans
+0.86-0.97). The relations of the acceptance, on that scale: every binding budget is
+spent and not past it (EOD at most 1.02, and at least the simulator's lowest day less
+5 points), the live EOD spend, cumulative error and hours in band lie within 5, 5 and
+10 points of the simulator's range on the same day, curve and settings, and the ledger
+equals the DynamoDB totals. Measured (three runs): northwind 0.84-0.94 live, offline
+0.914 (0.861-0.968); ridgeway 0.873-0.880 live, offline 0.871 (0.862-0.875), where
+leases at the maximum bid leave 14% of its budget unspent on both sides
+(``limits.max_bid_tail_ratio``). They fail when pacing does: a breaker tripping on
+noise left 4% spent, a lease below one impression at the maximum bid left 0%, an empty
+lease every other tick near the end of the budget left ridgeway 0.865 against the
+simulator's 0.955 before the simulator modelled the maximum-bid check.
 """
 
 from __future__ import annotations
@@ -113,21 +119,37 @@ def _binding(day: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+def _near(value: float, bounds: list[float], points: float) -> bool:
+    low, high = bounds
+    return low - points <= value <= high + points
+
+
 def test_binding_budgets_are_spent_to_their_end_and_not_past_it(day: dict[str, Any]) -> None:
     for cid, entry in _binding(day).items():
-        assert 0.75 <= entry["live"]["eod_spend_ratio"] <= 1.02, (cid, entry["live"])
+        lowest = entry["offline_range"]["eod_spend_ratio"][0]
+        assert lowest - 0.05 <= entry["live"]["eod_spend_ratio"] <= 1.02, (cid, entry["live"])
 
 
-def test_most_hours_track_the_curve(day: dict[str, Any]) -> None:
+def test_the_cumulative_spend_tracks_the_curve_as_offline(day: dict[str, Any]) -> None:
     for cid, entry in _binding(day).items():
-        assert entry["live"]["max_cum_error_ratio"] <= 0.25, (cid, entry["live"])
+        live, bounds = entry["live"], entry["offline_range"]
+        assert _near(live["max_cum_error_ratio"], bounds["max_cum_error_ratio"], 0.05), (cid, entry)
 
 
 def test_the_ledger_equals_the_totals(day: dict[str, Any]) -> None:
     assert day["sums"].dynamo == day["sums"].ledger
 
 
-def test_the_offline_simulator_lands_near_the_live_day(day: dict[str, Any]) -> None:
+def test_the_live_day_lands_within_the_simulators_range(day: dict[str, Any]) -> None:
     for cid, entry in _binding(day).items():
-        live, offline = entry["live"], entry["offline"]
-        assert abs(live["eod_spend_ratio"] - offline["eod_spend_ratio"]) <= 0.15, (cid, entry)
+        live, bounds = entry["live"], entry["offline_range"]
+        assert _near(live["eod_spend_ratio"], bounds["eod_spend_ratio"], 0.05), (cid, entry)
+        assert _near(live["hours_in_band_ratio"], bounds["hours_in_band_ratio"], 0.10), (
+            cid, entry
+        )  # fmt: skip
+
+
+def test_an_hour_here_is_too_few_impressions_for_the_hourly_band(day: dict[str, Any]) -> None:
+    """Why hours in band are compared with the simulator, not with 90%."""
+    for entry in _binding(day).values():
+        assert entry["limits"]["hourly_noise_ratio"] > 0.10
