@@ -176,21 +176,29 @@ class FleetAccounts:
         return got
 
     def spend_wins(
-        self, wins: np.ndarray, costs: np.ndarray, now_ms: int, max_cost: int
+        self,
+        bidders: np.ndarray,
+        costs: np.ndarray,
+        now_ms: int,
+        max_cost: int,
+        route: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Each node's wins in order (``wins[i]`` of them, their ``costs`` node after
-        node), each bid only while the node's lease still covered ``max_cost``: the live
-        node's bid-time check (``LeaseAccount.covers``). Returns what each node debited."""
+        """Wins in time order: ``bidders[k]`` bid win ``k`` of ``costs[k]``, only while its
+        account still covered ``max_cost`` (the live node's bid-time check,
+        ``LeaseAccount.covers``); ``route[k]``: the node whose account the notice debits
+        (live, the worker the notice reaches; default: the bidder). Returns each node's
+        debits; an account may go below zero, as a live one does."""
         nodes = len(self.spent)
+        got = np.zeros(nodes, dtype=np.int64)
         if self.lease is None or not self.live(now_ms) or not len(costs):
-            return np.zeros(nodes, dtype=np.int64)
-        node_of = np.repeat(np.arange(nodes), wins)
-        running = np.concatenate(([0], np.cumsum(costs)))
-        firsts = np.cumsum(wins) - wins
-        before = running[:-1] - np.repeat(running[firsts], wins)
-        room = self.lease.amount_micros - self.spent - max_cost
-        admitted = before <= room[node_of]
-        got = np.bincount(node_of, weights=costs * admitted, minlength=nodes).astype(np.int64)
+            return got
+        bidder = bidders.tolist()
+        debited = bidder if route is None else route.tolist()
+        room = (self.lease.amount_micros - self.spent - max_cost).tolist()
+        for k, cost in enumerate(costs.tolist()):
+            if room[bidder[k]] >= 0:
+                room[debited[k]] -= cost
+                got[debited[k]] += cost
         self.spent += got
         return got
 

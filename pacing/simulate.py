@@ -102,8 +102,9 @@ class Scenario:
     """From ``runaway_at_s`` nodes ignore the rate and supply grows by this factor."""
     max_cost_micros: int = 0
     """The most one impression can cost (the campaign's maximum bid): a node bids only
-    while its lease covers it, as the live node does. 0: a node spends its lease to the
-    last micro."""
+    while its lease account covers it, as the live node does, and a win's notice debits
+    the account of any node, as live notices reach any worker. 0: a node spends its
+    lease to the last micro."""
 
     @property
     def chunk(self) -> int:
@@ -244,7 +245,11 @@ class _Day:
         per_node, shifted = full * rate / sc.nodes, sc.actual.price_shifted(_hour(now_s))
         if sc.max_cost_micros and not sc.expected_values:
             wins, costs = self._wins(per_node, shifted)
-            return self.fleet.spend_wins(wins, costs, now_ms, sc.max_cost_micros), rate
+            order = self.rng.permutation(len(costs))  # the nodes' wins interleave in time
+            bidders = np.repeat(np.arange(sc.nodes), wins)[order]
+            route = self.rng.integers(0, sc.nodes, len(costs))  # notices reach any node
+            spent = self.fleet.spend_wins(bidders, costs[order], now_ms, sc.max_cost_micros, route)
+            return spent, rate
         return self.fleet.spend_up_to(self._draw(per_node, shifted), now_ms), rate
 
     def _full_rate_spend(self, now_s: float) -> float:

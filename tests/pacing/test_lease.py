@@ -80,11 +80,22 @@ def test_fleet_accounts_cap_each_node_at_its_lease() -> None:
 def test_fleet_nodes_bid_only_while_their_lease_covers_the_maximum_cost() -> None:
     fleet = FleetAccounts(3)
     fleet.install(Lease(1, 100, 10_000, 1_000_000))
-    wins, costs = np.array([5, 2, 0]), np.array([20, 20, 20, 20, 20, 50, 10])
+    bidders, costs = np.array([0, 0, 0, 0, 0, 1, 1]), np.array([20, 20, 20, 20, 20, 50, 10])
     # node 0 bids while 100 - spent >= 30: its first four wins; node 1 both
-    assert fleet.spend_wins(wins, costs, 0, 30).tolist() == [80, 60, 0]
-    assert fleet.spend_wins(np.array([1, 1, 1]), np.array([5, 5, 5]), 0, 30).tolist() == [0, 5, 5]
-    assert fleet.spend_wins(np.array([1, 0, 0]), np.array([5]), 10_000, 0).tolist() == [0, 0, 0]
+    assert fleet.spend_wins(bidders, costs, 0, 30).tolist() == [80, 60, 0]
+    assert fleet.spend_wins(np.array([0, 1, 2]), np.array([5, 5, 5]), 0, 30).tolist() == [0, 5, 5]
+    assert fleet.spend_wins(np.array([0]), np.array([5]), 10_000, 0).tolist() == [0, 0, 0]
+
+
+def test_a_node_whose_notices_reach_another_node_bids_past_its_own_lease() -> None:
+    fleet = FleetAccounts(2)
+    fleet.install(Lease(1, 12_000, 10_000, 1_000_000))
+    bidders, costs = np.array([0, 0, 0]), np.array([5_000, 5_000, 5_000])
+    own = fleet.spend_wins(bidders, costs, 0, 10_000)
+    assert own.tolist() == [5_000, 0]  # then 7,000 left: below one bid at the maximum
+    routed = FleetAccounts(2)
+    routed.install(Lease(1, 12_000, 10_000, 1_000_000))
+    assert routed.spend_wins(bidders, costs, 0, 10_000, np.array([1, 1, 1])).tolist() == [0, 15_000]
 
 
 @given(
@@ -98,8 +109,8 @@ def test_fleet_nodes_stop_only_when_the_next_bid_could_pass_the_lease(
     costs = [min(c, max_cost) for node in per_node for c in node]
     fleet = FleetAccounts(len(per_node))
     fleet.install(Lease(1, amount, 10_000, 1_000_000))
-    wins = np.array([len(node) for node in per_node])
-    got = fleet.spend_wins(wins, np.array(costs, dtype=np.int64), 0, max_cost)
+    bidders = np.repeat(np.arange(len(per_node)), [len(node) for node in per_node])
+    got = fleet.spend_wins(bidders, np.array(costs, dtype=np.int64), 0, max_cost)
     for node, spent in zip(per_node, got.tolist(), strict=True):
         capped = [min(c, max_cost) for c in node]
         assert spent <= amount
