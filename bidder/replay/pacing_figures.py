@@ -9,8 +9,8 @@ The offline figures run ``pacing.simulate`` on the same day: the campaign's budg
 curve, the bidder's nodes, the reconciler's simulated tick, chunk and breaker window,
 and the supply the campaign met. Supply is what the campaign would spend at pacing
 rate 1, hour by hour: the replay cannot see it while pacing throttles, so it comes from
-a calibration replay of the same stream with budgets too large to bind
-(``--supply-from REPORT``). Its spend per hour is the supply curve, its total over the
+a replay of the same stream and the same campaigns with budgets too large to bind
+(``--supply-from REPORT``; with other campaigns bidding too, a campaign wins less). Its spend per hour is the supply curve, its total over the
 budget the supply ratio; a campaign whose ratio is at least ``BINDS_AT`` has a budget
 that binds. The win price of the simulator's market is centred on the calibration's
 eCPM, and its nodes bid only while their lease covers one impression at the campaign's
