@@ -37,6 +37,8 @@ from bidder.decide.ratelimit import RateLimiter
 from bidder.openrtb.body import read_body
 from bidder.openrtb.request import InvalidRequest, parse_bid_request
 from bidder.pipeline.campaign_book import CampaignBook
+from bidder.pipeline.campaign_trace import HEADER as CAMPAIGN_TRACE
+from bidder.pipeline.campaign_trace import CampaignTrace
 from bidder.pipeline.response import NoticeUrls, build_response, winners
 from bidder.pipeline.runner import Context, PricedCandidate, Stage, run_stages
 from bidder.pipeline.stage_times import HEADER as STAGE_TIMES
@@ -143,9 +145,10 @@ class BidHandler:
         if self._shedder.overloaded(now):  # admitted in a lull of an overload
             margin += self._overload_margin_s
         times = StageTimes() if STAGE_TIMES in request.headers else None
+        trace = CampaignTrace() if CAMPAIGN_TRACE in request.headers else None
         try:
             # Queueing before the handler counts against the deadline: charge the lag.
-            outcome = await self._decide_in_time(request, now - lag, margin, times)
+            outcome = await self._decide_in_time(request, now - lag, margin, times, trace)
         finally:
             self._gate.leave()
         if isinstance(outcome, NoBid):
@@ -156,6 +159,8 @@ class BidHandler:
             answer = outcome
         if times is not None:
             answer.headers[STAGE_TIMES] = times.header()
+        if trace is not None:
+            answer.headers[CAMPAIGN_TRACE] = trace.header()
         return answer
 
     def _partner_allowed(self, ssp: str) -> bool:
@@ -172,10 +177,15 @@ class BidHandler:
         return web.Response(status=204, headers=_NOBID_HEADERS[reason])
 
     async def _decide_in_time(
-        self, request: web.BaseRequest, received: float, margin: float, times: StageTimes | None
+        self,
+        request: web.BaseRequest,
+        received: float,
+        margin: float,
+        times: StageTimes | None,
+        trace: CampaignTrace | None,
     ) -> web.Response | NoBid:
         try:
-            return await self._decide(request, received, margin, times)
+            return await self._decide(request, received, margin, times, trace)
         except TimeoutError:
             return NoBid.DEADLINE
         except Exception:
@@ -184,7 +194,12 @@ class BidHandler:
             return NoBid.INTERNAL_ERROR
 
     async def _decide(
-        self, request: web.BaseRequest, received: float, margin: float, times: StageTimes | None
+        self,
+        request: web.BaseRequest,
+        received: float,
+        margin: float,
+        times: StageTimes | None,
+        trace: CampaignTrace | None,
     ) -> web.Response | NoBid:
         try:
             body = await self._read(request, self._deadline(received, None, margin))
@@ -202,7 +217,10 @@ class BidHandler:
             ssp=request.headers.get("X-Ssp", ""),
             received=received,
             times=times,
+            trace=trace,
         )
+        if trace is not None:
+            ctx.finishers.append(trace.sent)
         sent: Sequence[PricedCandidate] = ()
         try:
             answer = await self._answer(ctx, deadline)
