@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -145,6 +146,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         report["pacing_day"] = pacing_section(
             report["campaigns"], options.budgets, calibration, offline
         )
+        report["pacing_day_settings"] = {**dataclasses.asdict(offline), "speed": clock.speed}
     print_report(result, report, args.json, args.html)
     return 0
 
