@@ -178,13 +178,13 @@ def _pacing(report: Mapping[str, Any], plots: Any) -> str:
     spend per hour against the target with the live and offline figures."""
     settings, day = report.get("pacing"), report.get("pacing_day")
     parts = [
-        _pairs(settings.items())
+        _pairs((k, _setting(v)) for k, v in settings.items())
         if settings
         else '<p class="note">Pacing settings: set by the bidder at --target.</p>'
     ]
     if report.get("pacing_day_settings"):
         parts.append('<p class="note">On the stream\'s clock (simulated time):</p>')
-        parts.append(_pairs(report["pacing_day_settings"].items()))
+        parts.append(_pairs((k, _setting(v)) for k, v in report["pacing_day_settings"].items()))
     if not day:
         parts.append(
             '<p class="note">No pacing day: the replay ran on the real clock, or no'
@@ -200,10 +200,18 @@ def _pacing(report: Mapping[str, Any], plots: Any) -> str:
         for name, entry in day.items()
     ]
     head = ["campaign", "supply", "EOD spend", "max cum error", "hours in band"]
+    parts.append(
+        '<p class="note">Spend per simulated hour (bars) against the pacing target (steps),'
+        " and the offline simulator's spend on the same day where it ran (dashed).</p>"
+    )
     parts.append(plots.pacing_day(day))
     parts.append(table(head, rows))
     parts.append('<p class="note">Each figure: live | offline simulator (docs/pacing.md).</p>')
     return "".join(parts)
+
+
+def _setting(value: object) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def _day_cell(entry: Mapping[str, Any], key: str) -> str:

@@ -135,7 +135,6 @@ def pacing_day(section: Mapping[str, Mapping[str, Any]]) -> str:
         ax.legend(fontsize="x-small")
     for ax in list(axes.flat)[len(names) :]:
         ax.set_visible(False)
-    fig.suptitle("Spend per simulated hour against the pacing target")
     return _svg(fig)
 
 
