@@ -15,6 +15,7 @@ hand-made stream whose eligible campaigns are known from the campaign file alone
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import orjson
@@ -23,7 +24,7 @@ from bidder.bidstream.stream import StreamRecord
 from bidder.pipeline.campaign_trace import parse_header
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import to_json
-from tests.bidder.live import LiveBidder
+from tests.bidder.live import REPO, LiveBidder
 
 MIDNIGHT_MS = 1_767_225_600_000
 
@@ -111,3 +112,19 @@ def test_a_request_that_does_not_ask_gets_no_trace(live_bidder: LiveBidder) -> N
     asked = live_bidder.post(body, {"X-Campaign-Trace": "1"})
     assert "x-campaign-trace" not in plain.headers
     assert parse_header(asked.headers["x-campaign-trace"]).eligible == ("brightleaf-remnant-mrec",)
+
+
+def test_a_request_answered_capped_names_its_capped_campaign(live_bidder: LiveBidder) -> None:
+    # Northwind's 30 s spot, the only candidate here, reserves at bid and keeps a
+    # 30-minute gap per creative: the person's second request finds it capped.
+    case = orjson.loads((REPO / "fixtures/openrtb/cases/001_ctv-video-us.json").read_bytes())
+    person = uuid.uuid4().hex
+    doc = {**case["request"], "user": {"id": person}}
+    doc["device"] = {**doc["device"], "ip": f"198.51.100.{int(person[:2], 16) % 250 + 1}"}
+    answers = [live_bidder.post(orjson.dumps(doc), {"X-Campaign-Trace": "1"}) for _ in range(3)]
+    traces = [parse_header(answer.headers["x-campaign-trace"]) for answer in answers]
+    assert [answer.status for answer in answers] == [200, 204, 204]
+    assert [answer.reason for answer in answers[1:]] == ["capped", "capped"]
+    assert [trace.capped for trace in traces] == [(), *[("northwind-ctv-us-ca",)] * 2]
+    assert all(trace.eligible == ("northwind-ctv-us-ca",) for trace in traces)
+    assert traces[0].shading == (("northwind-ctv-us-ca", 1.0),)  # base-priced: never shaded
