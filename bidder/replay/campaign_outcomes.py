@@ -9,8 +9,7 @@ Where each figure comes from (``SOURCES``, also written into the JSON report):
   (``--campaigns``); the target is the budget's share, along the campaign's curve,
   of the simulated hours the measured requests span (their ``ts``). A stream
   compresses a day into minutes while the bidder paces on its own clock, so spend
-  against this target reads as "how the day's shape was followed", not as pacing error.
-
+  against this target reads as "how the day's shape was followed", not as pacing error;
 - requests eligible, capped no-bids and average shading: the bidder's
   ``X-Campaign-Trace`` answer header (``bidder.pipeline.campaign_trace``), which the
   replay asks for on every request unless told not to. They are null when no answer
