@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import Candidate
 from bidder.openrtb.view import BidRequest
+from bidder.pipeline.campaign_trace import CampaignTrace
 from bidder.pipeline.stage_times import StageTimes
 
 StageResult = NoBid | None
@@ -65,6 +66,8 @@ class Context:
     """Called once with the bids sent (none on a no-bid), e.g. to release fcap slots."""
     times: StageTimes | None = None
     """Per-stage times, when the request asked for them (``stage_times``)."""
+    trace: CampaignTrace | None = None
+    """What was decided per campaign, when the request asked (``campaign_trace``)."""
 
     def finish(self, bids: Sequence[PricedCandidate]) -> None:
         for finisher in self.finishers:

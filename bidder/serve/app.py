@@ -31,6 +31,8 @@ from bidder.decide.ratelimit import RateLimiter
 from bidder.openrtb.body import decode_body
 from bidder.openrtb.request import InvalidRequest, parse_bid_request
 from bidder.pipeline.campaign_book import CampaignBook
+from bidder.pipeline.campaign_trace import HEADER as CAMPAIGN_TRACE
+from bidder.pipeline.campaign_trace import CampaignTrace
 from bidder.pipeline.response import NoticeUrls, build_response, winners
 from bidder.pipeline.runner import Context, PricedCandidate, Stage, StageResult, run_stages
 from bidder.pipeline.stage_times import HEADER as STAGE_TIMES
@@ -96,6 +98,7 @@ _BID_HEADERS = header_lines({"Content-Type": "application/json", "X-Openrtb-Vers
 _HELD_BID_HEADERS = _BID_HEADERS + header_lines({"X-Dedup-Held": "1"})
 _SSP = "x-ssp"
 _TIMES = STAGE_TIMES.lower()
+_TRACE = CAMPAIGN_TRACE.lower()
 
 Decision = Response | NoBid
 """What deciding a bid request comes to: the bid response, or why not."""
@@ -145,18 +148,23 @@ class BidHandler:
         if self._shedder.overloaded(now):  # admitted in a lull of an overload
             margin += self._overload_margin_s
         times = StageTimes() if _TIMES in request.headers else None
+        trace = CampaignTrace() if _TRACE in request.headers else None
         try:
             # Queueing before the request was read counts against the deadline: charge the lag.
-            decided = self._decide(request, now - lag, margin, times)
+            decided = self._decide(request, now - lag, margin, times, trace)
         except Exception:
             decided = self._bug()
         if isinstance(decided, Response | NoBid):
             self._gate.leave()
-            return self._reply(decided, now, times)
-        return self._reply_later(decided, now, times)
+            return self._reply(decided, now, times, trace)
+        return self._reply_later(decided, now, times, trace)
 
     async def _reply_later(
-        self, deciding: Awaitable[Decision], now: float, times: StageTimes | None
+        self,
+        deciding: Awaitable[Decision],
+        now: float,
+        times: StageTimes | None,
+        trace: CampaignTrace | None,
     ) -> Response:
         try:
             decided = await deciding
@@ -166,9 +174,15 @@ class BidHandler:
             decided = self._bug()
         finally:
             self._gate.leave()
-        return self._reply(decided, now, times)
+        return self._reply(decided, now, times, trace)
 
-    def _reply(self, decided: Decision, now: float, times: StageTimes | None) -> Response:
+    def _reply(
+        self,
+        decided: Decision,
+        now: float,
+        times: StageTimes | None,
+        trace: CampaignTrace | None,
+    ) -> Response:
         if isinstance(decided, NoBid):
             answer = self._answer_nobid(decided, now)
         else:
@@ -177,6 +191,8 @@ class BidHandler:
             answer = decided
         if times is not None:
             answer = answer.with_header(STAGE_TIMES, times.header())
+        if trace is not None:
+            answer = answer.with_header(CAMPAIGN_TRACE, trace.header())
         return answer
 
     def late(self, received: float) -> Response:
@@ -203,7 +219,12 @@ class BidHandler:
         return _NOBID[reason]
 
     def _decide(
-        self, request: Request, received: float, margin: float, times: StageTimes | None
+        self,
+        request: Request,
+        received: float,
+        margin: float,
+        times: StageTimes | None,
+        trace: CampaignTrace | None,
     ) -> Decision | Awaitable[Decision]:
         try:
             if request.over_cap:
@@ -225,7 +246,10 @@ class BidHandler:
             ssp=request.headers.get(_SSP, ""),
             received=received,
             times=times,
+            trace=trace,
         )
+        if trace is not None:
+            ctx.finishers.append(trace.sent)
         try:
             staged = run_stages(self._state.stages, ctx, deadline)
         except BaseException:
