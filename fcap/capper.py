@@ -9,7 +9,8 @@ counted in metrics and re-raised (the caller decides whether to retry the notice
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from fcap import metrics
@@ -33,6 +34,25 @@ class Verdict:
 
     def allows(self, subject: Subject) -> bool:
         return subject not in self.capped and subject not in self.unavailable
+
+    @classmethod
+    def merged(cls, verdicts: Iterable[Verdict]) -> Verdict:
+        """One verdict of checks of disjoint subject sets."""
+        capped: set[Subject] = set()
+        unavailable: set[Subject] = set()
+        unchecked: set[Subject] = set()
+        reservations: dict[Subject, Reservation] = {}
+        store_error = False
+        for v in verdicts:
+            capped |= v.capped
+            unavailable |= v.unavailable
+            unchecked |= v.unchecked
+            reservations.update(v.reservations)
+            store_error = store_error or v.store_error
+        return cls(
+            frozenset(capped), frozenset(unavailable), reservations, store_error,
+            frozenset(unchecked),
+        )  # fmt: skip
 
 
 class FrequencyCapper:
@@ -95,6 +115,23 @@ class FrequencyCapper:
         capped = frozenset(cached | result.capped.keys()) - unavailable
         unchecked = frozenset(result.unknown) - unavailable - capped
         return Verdict(capped, unavailable, result.reservations, unchecked=unchecked)
+
+    async def check_keyed(
+        self,
+        groups: Sequence[tuple[str | None, Sequence[Subject]]],
+        household_key: str | None,
+        now_ms: int,
+        deadline: float,
+    ) -> Verdict:
+        """``check`` of each group of subjects under its own user key (fallback keys,
+        ``bidder.pipeline.cap_keys``), all concurrently: one round trip of latency."""
+        if len(groups) == 1:
+            key, subjects = groups[0]
+            return await self.check(subjects, key, household_key, now_ms, deadline)
+        verdicts = await asyncio.gather(
+            *(self.check(group, key, household_key, now_ms, deadline) for key, group in groups)
+        )
+        return Verdict.merged(verdicts)
 
     def _remember_fresh(
         self,

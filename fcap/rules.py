@@ -88,6 +88,9 @@ class Subject:
     max_stale_ms: int = 0
     """From the cap class: how long a worker may act on a read that found it under its
     caps (the count cache, ``FrequencyCapper``); 0 reads on every request."""
+    fallback: str = "none"
+    """The campaign's ``cap_policy.fallback``: the coarser key its user caps count under
+    when the request has no usable user key (the caller derives it)."""
     cache_id: int = field(default=0)
     """Stable within a process for the same campaign version; the negative cache key."""
 
@@ -167,7 +170,8 @@ def subject_for(
         user_count_rules=user_count,
         cap_class=policy.cap_class,
         max_stale_ms=0 if reserve else policy.max_stale_s * 1000,
-        cache_id=hash((campaign.id, creative_id, user_count, house, reserve)),
+        fallback=policy.fallback if user else "none",
+        cache_id=hash((campaign.id, creative_id, user_count, house, reserve, policy.fallback)),
     )
 
 
