@@ -11,7 +11,13 @@ bidder capped under. A person is *over cap* for a class when one of its impressi
 came when the person had already had the limit counting; *beyond bids in flight* when
 the impressions already billed at that instant were at the limit too.
 
+Fallback keys (``--fallback``): a stream where some faces send no id at all
+(``gen --anonymous-share``) is replayed twice with the graph on, the class campaigns
+first without a fallback, then with ``fallback: household``: anonymous requests are
+then capped under their household key instead of bid on unchecked.
+
     .venv/bin/python scripts/identity_caps.py          # prints one JSON object
+    .venv/bin/python scripts/identity_caps.py --fallback
 """
 
 from __future__ import annotations
@@ -57,6 +63,14 @@ class Plan:
     heavy_share: float = 0.5
     graph_people: int = 3_000
     """People in the graph (and in the ground truth the audit maps keys by)."""
+    anonymous_share: float = 0.0
+    """Share of faces that send no id (``generate(..., anonymous_share=)``)."""
+
+
+Runs = Mapping[str, tuple[bool, str]]
+"""Run name -> (identity graph on, the class campaigns' ``cap_policy.fallback``)."""
+GRAPH_RUNS: Runs = {"graph_off": (False, "none"), "graph_on": (True, "none")}
+FALLBACK_RUNS: Runs = {"fallback_none": (True, "none"), "fallback_household": (True, "household")}
 
 
 def campaign_id(name: str) -> str:
@@ -68,7 +82,7 @@ def campaign_id(name: str) -> str:
 _STRICTEST_FIRST = tuple(reversed(CAP_CLASSES))
 
 
-def class_campaigns() -> list[Campaign]:
+def class_campaigns(fallback: str = "none") -> list[Campaign]:
     """One broad banner campaign per cap class, each with a campaign day cap of LIMIT."""
     creative = Creative(
         id="mrec", format="banner", markup="<b/>", adomain=("caps.example",), w=300, h=250
@@ -82,30 +96,34 @@ def class_campaigns() -> list[Campaign]:
             max_bid_cpm_micros=10_000_000,
             creatives=(creative,),
             frequency_caps=(FrequencyCap("campaign", "fixed", 86_400, LIMIT),),
-            cap_policy=CapPolicy.of_class(name),
+            cap_policy=CapPolicy.of_class(name, fallback=fallback),
         )
         for name in CAP_CLASSES
     ]
 
 
-async def measure(stack_of: Any, aws_endpoint: str, workdir: Path, plan: Plan) -> dict[str, Any]:
-    """Both runs' figures; ``stack_of()``: a new private LocalStack context per run."""
+async def measure(
+    stack_of: Any, aws_endpoint: str, workdir: Path, plan: Plan, runs: Runs = GRAPH_RUNS
+) -> dict[str, Any]:
+    """Each run's figures; ``stack_of()``: a new private LocalStack context per run."""
     stream = workdir / "multi.jsonl.gz"
     generate(
         stream, plan.requests, plan.seed, plan.rate,
         heavy_users=plan.heavy_people, heavy_share=plan.heavy_share, multi_id=True,
+        anonymous_share=plan.anonymous_share,
     )  # fmt: skip
-    campaigns = workdir / "campaigns.json"
-    docs = [campaign_to_doc(c) for c in class_campaigns()]
-    campaigns.write_bytes(orjson.dumps({"version": 1, "campaigns": docs}))
     graph = workdir / "graph.json"
     graph.write_bytes(orjson.dumps(truth_graph(plan.graph_people).to_doc()))
     person_of = {key: f"person:{i}" for i in range(plan.graph_people) for key in person_keys(i)}
     figures = {}
-    for name, graph_path in (("graph_off", None), ("graph_on", graph)):
+    for name, (graph_on, fallback) in runs.items():
         with stack_of() as stack:
             run_dir = workdir / name
             run_dir.mkdir()
+            campaigns = run_dir / "campaigns.json"
+            docs = [campaign_to_doc(c) for c in class_campaigns(fallback)]
+            campaigns.write_bytes(orjson.dumps({"version": 1, "campaigns": docs}))
+            graph_path = graph if graph_on else None
             figures[name] = await _run(stack, stream, campaigns, graph_path, run_dir, person_of)
     return figures
 
@@ -138,11 +156,15 @@ async def _run(
             for name in CAP_CLASSES
         }
         errors = await metric(bidder.admin_url, "bidsim_fcap_store_errors_total", {"op": "check"})
+        fallback_checks = await metric(
+            bidder.admin_url, "bidsim_fcap_fallback_checks_total", {"fallback": "household"}
+        )
     kinesis = aws_client("kinesis", stack.aws_endpoint, settings.aws_region)
     ledger = await asyncio.to_thread(read_ledger, kinesis, settings.spend_stream)
     billed_ms = {int(e.bid_id): e.ts_ms for e in ledger}
     claims = {c.bid_id: c for c in claims_from_notice_urls(notices.tokens(), _SIGNER)}
-    delivered = [_as_person(claims[b], person_of) for b in billed_ms if b in claims]
+    billed = [claims[b] for b in billed_ms if b in claims]
+    delivered = [_as_person(c, person_of) for c in billed]
     return {
         "requests": result.requests,
         "bids": result.auction.bids,
@@ -150,6 +172,8 @@ async def _run(
         "capped": result.nbr_reasons["capped"],
         "check_errors": int(errors),
         "unchecked_wins": result.auction.unchecked_wins,
+        "fallback_checks": int(fallback_checks),
+        "billed_without_user_key": sum(not c.user_key for c in billed),
         "cap_reads": {name: int(n) for name, n in reads.items()},
         "classes": _per_class(delivered, billed_ms),
     }
@@ -160,7 +184,11 @@ _RESOURCES = ("campaigns_table", "spend_stream", "spend_table", "profiles_table"
 
 def _as_person(claims: NoticeClaims, person_of: Mapping[str, str]) -> NoticeClaims:
     """The claims with the user key replaced by the person's (ground truth), so the
-    audit counts people; a graph cluster key maps through any of its member keys."""
+    audit counts people; a graph cluster key maps through any of its member keys. An
+    impression bid without a user key but with a household key (a face that sent no id)
+    is judged as its household, whether or not the bidder capped it under that key."""
+    if claims.user_key is None and claims.household_key is not None:
+        return dataclasses.replace(claims, user_key=claims.household_key)
     key = claims.user_key or ""
     person = person_of.get(key[2:] if key.startswith("g:") else key)
     return dataclasses.replace(claims, user_key=person or claims.user_key)
