@@ -10,11 +10,11 @@ counted in metrics and re-raised (the caller decides whether to retry the notice
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fcap import metrics
-from fcap.cache import NegativeCache
+from fcap.cache import CountCache, NegativeCache
 from fcap.rules import Subject
 from fcap.store import CountOutcome, FcapStore, FcapUnavailable, Reservation
 
@@ -31,6 +31,9 @@ class Verdict:
     unchecked: frozenset[Subject] = frozenset()
     """Allowed without their counters read (fail-open: store down or no key): their
     bids carry the unchecked mark (``bidder.core.tokens.CAPS_UNCHECKED``)."""
+    on_count_cache: Mapping[Subject, Hashable] = field(default_factory=dict)
+    """Allowed on a count-cache entry (classes that tolerate stale counts), with its
+    key: report each one the worker bids on (``FrequencyCapper.bid_on``)."""
 
     def allows(self, subject: Subject) -> bool:
         return subject not in self.capped and subject not in self.unavailable
@@ -42,33 +45,36 @@ class Verdict:
         unavailable: set[Subject] = set()
         unchecked: set[Subject] = set()
         reservations: dict[Subject, Reservation] = {}
+        cached: dict[Subject, Hashable] = {}
         store_error = False
         for v in verdicts:
             capped |= v.capped
             unavailable |= v.unavailable
             unchecked |= v.unchecked
             reservations.update(v.reservations)
+            cached.update(v.on_count_cache)
             store_error = store_error or v.store_error
         return cls(
             frozenset(capped), frozenset(unavailable), reservations, store_error,
-            frozenset(unchecked),
+            frozenset(unchecked), cached,
         )  # fmt: skip
 
 
 class FrequencyCapper:
     """``cache`` remembers who is capped until when; ``fresh`` remembers, for subjects of
-    a class that tolerates stale counts, who was read under their caps and until when
-    that read may stand in for a new one."""
+    a class that tolerates stale counts, who was read under their caps, until when that
+    read may stand in for a new one, and for how many more of this worker's bids (the
+    room the read found: a worker never bids a person past a cap on its own)."""
 
     def __init__(
         self,
         store: FcapStore,
         cache: NegativeCache | None = None,
-        fresh: NegativeCache | None = None,
+        fresh: CountCache | None = None,
     ) -> None:
         self.store = store
         self.cache = cache if cache is not None else NegativeCache()
-        self.fresh = fresh if fresh is not None else NegativeCache()
+        self.fresh = fresh if fresh is not None else CountCache()
 
     async def check(
         self,
@@ -81,21 +87,23 @@ class FrequencyCapper:
         """At most one round trip (two concurrent calls when households are capped too)."""
         cached: set[Subject] = set()
         ask: list[Subject] = []
+        passed: dict[Subject, Hashable] = {}
         for subject in subjects:
             if not subject.has_caps:
                 continue
             key = (user_key, household_key, subject.cache_id)
             if self.cache.capped(key, now_ms):
                 cached.add(subject)
-            elif subject.max_stale_ms and self.fresh.capped(key, now_ms):
+            elif subject.max_stale_ms and self.fresh.passes(key, now_ms):
                 metrics.FRESH_HITS_BY_CLASS[subject.cap_class].inc()
+                passed[subject] = key
             else:
                 ask.append(subject)
         if cached:
             metrics.CACHE_HITS.inc(len(cached))
             metrics.CAPPED_BY_CACHE.inc(len(cached))
         if not ask:
-            return Verdict(capped=frozenset(cached))
+            return Verdict(capped=frozenset(cached), on_count_cache=passed)
         metrics.CHECKS.inc()
         for subject in ask:
             metrics.READS_BY_CLASS[subject.cap_class].inc()
@@ -105,16 +113,28 @@ class FrequencyCapper:
             metrics.CHECK_ERRORS.inc()
             closed = frozenset(s for s in ask if s.fail_closed)
             unchecked = frozenset(ask) - closed
-            return Verdict(frozenset(cached), closed, store_error=True, unchecked=unchecked)
+            return Verdict(
+                frozenset(cached), closed, store_error=True, unchecked=unchecked,
+                on_count_cache=passed,
+            )  # fmt: skip
         for subject, until in result.capped.items():
             self.cache.put((user_key, household_key, subject.cache_id), until)
         metrics.CAPPED_BY_STORE.inc(len(result.capped))
-        not_under = result.capped.keys() | result.unknown
-        self._remember_fresh(ask, not_under, user_key, household_key, now_ms)
+        for subject, left in result.room.items():
+            if subject not in result.capped and subject not in result.unknown:
+                key = passed[subject] = (user_key, household_key, subject.cache_id)
+                self.fresh.put(key, now_ms + subject.max_stale_ms, left)
         unavailable = frozenset(s for s in result.unknown if s.fail_closed)
         capped = frozenset(cached | result.capped.keys()) - unavailable
         unchecked = frozenset(result.unknown) - unavailable - capped
-        return Verdict(capped, unavailable, result.reservations, unchecked=unchecked)
+        return Verdict(
+            capped, unavailable, result.reservations, unchecked=unchecked, on_count_cache=passed
+        )
+
+    def bid_on(self, key: Hashable) -> None:
+        """This worker bid on a subject it allowed on a count-cache entry (``Verdict.
+        on_count_cache``): one less bid that entry allows."""
+        self.fresh.spend(key)
 
     async def check_keyed(
         self,
@@ -132,19 +152,6 @@ class FrequencyCapper:
             *(self.check(group, key, household_key, now_ms, deadline) for key, group in groups)
         )
         return Verdict.merged(verdicts)
-
-    def _remember_fresh(
-        self,
-        asked: Sequence[Subject],
-        not_under: Set[Subject],
-        user_key: str | None,
-        household_key: str | None,
-        now_ms: int,
-    ) -> None:
-        for subject in asked:
-            if subject.max_stale_ms and subject not in not_under:
-                key = (user_key, household_key, subject.cache_id)
-                self.fresh.put(key, now_ms + subject.max_stale_ms)
 
     async def count(
         self,

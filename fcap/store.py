@@ -48,7 +48,7 @@ from bidder.adapters.valkey_pipelined import PipelinedConnection, forget
 from bidder.adapters.valkey_wait import Waiter
 from bidder.core.tasks import TaskSet
 from fcap import keys, scripts
-from fcap.plan import RESERVED, Period, Plan, SidePlan, build_plan, decide
+from fcap.plan import RESERVED, Period, Plan, SidePlan, build_plan, decide, room
 from fcap.rules import Subject, rules_argv
 
 CHECK_TIMEOUT_S = 0.004
@@ -89,6 +89,9 @@ class CheckResult:
     unknown: frozenset[Subject]
     """Subjects with caps on a side whose key the request lacks (no user/household key)."""
     reservations: dict[Subject, Reservation] = field(default_factory=dict)
+    room: dict[Subject, int] = field(default_factory=dict)
+    """Subjects of classes that tolerate stale counts (``fcap.plan.room``): how many
+    more impressions their caps allowed, by this read."""
 
 
 def connect(
@@ -312,6 +315,7 @@ class FcapStore:
     ) -> CheckResult:
         capped: dict[Subject, int] = {}
         taken: dict[Subject, list[tuple[str, str]]] = {}
+        rooms: dict[Subject, int] = {}
         for side, key, period, answer in zip(plan.sides, keyed, periods, answers, strict=True):
             for subject, until in decide(period, answer, now_ms):
                 if until == RESERVED:
@@ -319,13 +323,16 @@ class FcapStore:
                         taken.setdefault(subject, []).append((side.kind, key))
                 else:
                     capped[subject] = max(until, capped.get(subject, 0))
+            if period.stale:
+                for subject, left in room(period, answer).items():
+                    rooms[subject] = min(left, rooms.get(subject, left))
         if not taken:
-            return CheckResult(capped, plan.unknown)
+            return CheckResult(capped, plan.unknown, room=rooms)
         reservations = {s: Reservation(s, now_ms, tuple(sides_)) for s, sides_ in taken.items()}
         for subject in [s for s in reservations if s in capped]:
             # Reserved on one side, capped on the other: give the slot back.
             self._background.spawn(_quietly(self.release(reservations.pop(subject))))
-        return CheckResult(capped, plan.unknown, reservations)
+        return CheckResult(capped, plan.unknown, reservations, rooms)
 
     def _write_limit(self, deadline: float | None) -> float:
         limit = asyncio.get_running_loop().time() + self.write_timeout_s

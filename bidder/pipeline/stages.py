@@ -170,6 +170,8 @@ class FcapStage:
             )
         if verdict.reservations:
             ctx.finishers.append(lambda bids: self._release_unbid(verdict, bids))
+        if verdict.on_count_cache:
+            ctx.finishers.append(lambda bids: self._bid_on_count_cache(verdict, bids))
         if verdict.unchecked:
             unchecked = verdict.unchecked
             ctx.caps_unchecked = frozenset((s.campaign_id, s.creative_id) for s in unchecked)
@@ -195,6 +197,12 @@ class FcapStage:
         return await self._capper.check_keyed(
             groups, ctx.household_key, self._clock.wall_ms(), deadline
         )
+
+    def _bid_on_count_cache(self, verdict: Verdict, bids: Sequence[PricedCandidate]) -> None:
+        bid = {(b.candidate.campaign.id, b.candidate.creative.id) for b in bids}
+        for subject, key in verdict.on_count_cache.items():
+            if (subject.campaign_id, subject.creative_id) in bid:
+                self._capper.bid_on(key)
 
     def _release_unbid(self, verdict: Verdict, bids: Sequence[PricedCandidate]) -> None:
         bid = {(b.candidate.campaign.id, b.candidate.creative.id) for b in bids}

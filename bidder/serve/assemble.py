@@ -65,7 +65,7 @@ from bidder.winloop.billing import Biller, ImpressionSink
 from bidder.winloop.deferred import EXACT_REPLAY_ALLOWANCE_MS, DeferredJournal
 from bidder.winloop.notices import MAX_SKEW_MS
 from bidder.winloop.spend_stream import SpendProducer
-from fcap import FcapStore, FrequencyCapper, NegativeCache
+from fcap import CountCache, FcapStore, FrequencyCapper, NegativeCache
 from fcap import connect as fcap_connect
 from ids.bid_ids import bid_id_source
 from ids.snowflake import Snowflake
@@ -294,7 +294,7 @@ async def _capper(
     except Exception as exc:  # Valkey down at start: serve, the cap policy decides per bid
         log.warning("frequency-cap scripts not loaded yet (loaded on first use): %s", exc)
     entries = settings.fcap_cache_entries
-    return FrequencyCapper(store, NegativeCache(entries), fresh=NegativeCache(entries))
+    return FrequencyCapper(store, NegativeCache(entries), fresh=CountCache(entries))
 
 
 async def _warm_up(valkey: AsyncValkey) -> None:
