@@ -66,14 +66,23 @@ class CountCache:
 
     def passes(self, key: Hashable, now_ms: int) -> bool:
         """A read stands for ``key`` at ``now_ms`` and still allows a bid."""
+        entry = self._live(key, now_ms)
+        return entry is not None and entry[1] > 0
+
+    def spent(self, key: Hashable, now_ms: int) -> bool:
+        """A read stands for ``key`` at ``now_ms`` but its room is used up: read again."""
+        entry = self._live(key, now_ms)
+        return entry is not None and entry[1] <= 0
+
+    def _live(self, key: Hashable, now_ms: int) -> list[int] | None:
         entry = self._entries.get(key)
         if entry is None:
-            return False
-        if now_ms >= entry[0] or entry[1] < 1:
+            return None
+        if now_ms >= entry[0]:
             del self._entries[key]
-            return False
+            return None
         self._entries.move_to_end(key)
-        return True
+        return entry
 
     def put(self, key: Hashable, until_ms: int, room: int) -> None:
         self._entries[key] = [until_ms, room]

@@ -10,13 +10,23 @@ counted in metrics and re-raised (the caller decides whether to retry the notice
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bidder.core.clock import Clock
 from fcap import metrics
 from fcap.cache import CountCache, NegativeCache
+from fcap.counted import CountedCopy, bit_of, day_of
 from fcap.rules import Subject
 from fcap.store import CountOutcome, FcapStore, FcapUnavailable, Reservation
+
+COUNTED_REFRESH_S = 5.0
+"""How often a worker reads the counted bitmap: a copy stands in for reads only while
+it is younger than the class's staleness (30 s for ``loose``) less ``COUNTED_FLUSH_S``."""
+COUNTED_FLUSH_S = 1.0
+"""How often a worker writes the bits of what it counted: a count reaches the bitmap
+at most this late."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +85,10 @@ class FrequencyCapper:
         self.store = store
         self.cache = cache if cache is not None else NegativeCache()
         self.fresh = fresh if fresh is not None else CountCache()
+        self.counted: CountedCopy | None = None
+        """This worker's copy of today's counted bitmap (``refresh_counted``)."""
+        self._unmarked: dict[int, set[int]] = {}
+        """Bits of the keys this worker counted, by day, not written yet (``flush_counted``)."""
 
     async def check(
         self,
@@ -94,8 +108,7 @@ class FrequencyCapper:
             key = (user_key, household_key, subject.cache_id)
             if self.cache.capped(key, now_ms):
                 cached.add(subject)
-            elif subject.max_stale_ms and self.fresh.passes(key, now_ms):
-                metrics.FRESH_HITS_BY_CLASS[subject.cap_class].inc()
+            elif subject.max_stale_ms and self._stands(subject, key, now_ms):
                 passed[subject] = key
             else:
                 ask.append(subject)
@@ -130,6 +143,66 @@ class FrequencyCapper:
         return Verdict(
             capped, unavailable, result.reservations, unchecked=unchecked, on_count_cache=passed
         )
+
+    def _stands(
+        self, subject: Subject, key: tuple[str | None, str | None, int], now_ms: int
+    ) -> bool:
+        """A subject of a class that tolerates stale counts passes without a read: on its
+        count-cache entry, or on the counted bitmap's word that its person was never
+        counted today (``fcap.counted``), which then starts an entry."""
+        if self.fresh.passes(key, now_ms):
+            metrics.FRESH_HITS_BY_CLASS[subject.cap_class].inc()
+            return True
+        copy = self.counted
+        if not subject.zero_room or copy is None or self.fresh.spent(key, now_ms):
+            return False
+        stands_ms = subject.max_stale_ms - round(COUNTED_FLUSH_S * 1000)
+        if now_ms - copy.read_ms >= stands_ms:
+            return False
+        user_key, household_key = key[0], key[1]
+        for side_key, rules in (
+            (user_key, subject.user_rules),
+            (household_key, subject.household_rules),
+        ):
+            if rules and (side_key is None or not copy.never_counted(side_key, now_ms)):
+                return False
+        metrics.NEVER_COUNTED_BY_CLASS[subject.cap_class].inc()
+        self.fresh.put(key, copy.read_ms + stands_ms, subject.zero_room)
+        return True
+
+    async def refresh_counted(self, now_ms: int, deadline: float) -> None:
+        """Read today's counted bitmap (``fcap.counted``); on failure the old copy stays
+        and ages out of use."""
+        day = day_of(now_ms)
+        try:
+            bits = await self.store.read_counted(day, deadline)
+        except FcapUnavailable:
+            metrics.COUNTED_ERRORS.inc()
+            return
+        self.counted = CountedCopy(day, bits, now_ms)
+
+    async def flush_counted(self, now_ms: int, deadline: float | None = None) -> None:
+        """Write the bits of the keys this worker counted since the last flush, one call
+        per day (batched: one bitmap key for the fleet must not take a write per win);
+        on failure they are kept for the next flush."""
+        unmarked, self._unmarked = self._unmarked, {}
+        for day, bits in sorted(unmarked.items()):
+            try:
+                await self.store.mark_counted(day, bits, now_ms, deadline)
+            except FcapUnavailable:
+                metrics.COUNTED_ERRORS.inc()
+                self._unmarked.setdefault(day, set()).update(bits)
+
+    async def keep_counted_fresh(self, clock: Clock) -> None:
+        """Flush this worker's marks every ``COUNTED_FLUSH_S`` and read the bitmap every
+        ``COUNTED_REFRESH_S``, forever (a worker's background job)."""
+        every = round(COUNTED_REFRESH_S / COUNTED_FLUSH_S)
+        for n in itertools.count():
+            await self.flush_counted(clock.wall_ms())
+            if n % every == 0:
+                limit = asyncio.get_running_loop().time() + COUNTED_REFRESH_S
+                await self.refresh_counted(clock.wall_ms(), limit)
+            await asyncio.sleep(COUNTED_FLUSH_S)
 
     def bid_on(self, key: Hashable) -> None:
         """This worker bid on a subject it allowed on a count-cache entry (``Verdict.
@@ -166,13 +239,22 @@ class FrequencyCapper:
     ) -> CountOutcome:
         """The win path: see ``FcapStore.count``. Raises FcapUnavailable."""
         try:
-            return await self.store.count(
+            outcome = await self.store.count(
                 impression_id, subject, event, user_key, household_key, impression_ms, now_ms,
                 deadline,
             )  # fmt: skip
         except FcapUnavailable:
             metrics.COUNT_ERRORS.inc()
             raise
+        if outcome is not CountOutcome.NOT_COUNTED:
+            bits = self._unmarked.setdefault(day_of(impression_ms), set())
+            for key, rules in (
+                (user_key, subject.user_count_rules),
+                (household_key, subject.household_rules),
+            ):
+                if key and rules:
+                    bits.add(bit_of(key))
+        return outcome
 
     async def release(self, reservation: Reservation, deadline: float | None = None) -> None:
         """Give back a reserve-at-bid slot; failures are counted, not raised.

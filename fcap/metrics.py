@@ -25,6 +25,12 @@ FRESH_HITS = Counter(
     "Candidates passed on a recent read (the count cache of loose cap classes), by cap class.",
     ["cap_class"],
 )
+NEVER_COUNTED = Counter(
+    "bidsim_fcap_never_counted_passes",
+    "Candidates passed without a read because the counted bitmap showed their person was"
+    " never counted today, by cap class.",
+    ["cap_class"],
+)
 FALLBACK = Counter(
     "bidsim_fcap_fallback_checks",
     "Candidates whose user caps were checked under a fallback key (no usable user key),"
@@ -37,6 +43,8 @@ CAPPED_BY_CACHE = CAPPED.labels("cache")
 CHECK_ERRORS = STORE_ERRORS.labels("check")
 COUNT_ERRORS = STORE_ERRORS.labels("count")
 RELEASE_ERRORS = STORE_ERRORS.labels("release")
+COUNTED_ERRORS = STORE_ERRORS.labels("counted")
 READS_BY_CLASS = {name: READS.labels(name) for name in CAP_CLASSES}
 FRESH_HITS_BY_CLASS = {name: FRESH_HITS.labels(name) for name in CAP_CLASSES}
+NEVER_COUNTED_BY_CLASS = {name: NEVER_COUNTED.labels(name) for name in CAP_CLASSES}
 FALLBACK_CHECKS = {name: FALLBACK.labels(name) for name in CAP_FALLBACKS if name != "none"}

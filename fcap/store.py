@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +47,7 @@ from bidder.adapters.valkey import connect_async
 from bidder.adapters.valkey_pipelined import PipelinedConnection, forget
 from bidder.adapters.valkey_wait import Waiter
 from bidder.core.tasks import TaskSet
-from fcap import keys, scripts
+from fcap import counted, keys, scripts
 from fcap.plan import RESERVED, Period, Plan, SidePlan, build_plan, decide, room
 from fcap.rules import Subject, rules_argv
 
@@ -215,6 +215,22 @@ class FcapStore:
         codes = await self._run(calls, self._write_limit(deadline))
         return _combine(codes)
 
+    async def mark_counted(
+        self, day: int, bits: Set[int], now_ms: int, deadline: float | None = None
+    ) -> None:
+        """Set ``bits`` in the counted bitmap of ``day`` (``fcap.counted``), which lives
+        until the day after it ends by the caller's clock. Raises FcapUnavailable."""
+        ttl_ms = max((day + 2) * counted.DAY_MS - now_ms, 1)
+        args = (ttl_ms, *sorted(bits))
+        call = scripts.COUNTED.run(self.client, (keys.counted(day),), args, self._loading)
+        await self._run([call], self._write_limit(deadline))
+
+    async def read_counted(self, day: int, deadline: float) -> bytes:
+        """The bitmap of keys counted on ``day`` (``fcap.counted``); b"" when none was.
+        Raises FcapUnavailable."""
+        [bits] = await self._run([self._command("GET", keys.counted(day))], deadline)
+        return bytes(bits or b"")
+
     async def release(self, reservation: Reservation, deadline: float | None = None) -> None:
         """Undo a reservation, at most once (a second call does nothing). Raises
         FcapUnavailable; a release that failed is not retried (the slot stays taken,
@@ -333,6 +349,9 @@ class FcapStore:
             # Reserved on one side, capped on the other: give the slot back.
             self._background.spawn(_quietly(self.release(reservations.pop(subject))))
         return CheckResult(capped, plan.unknown, reservations, rooms)
+
+    async def _command(self, *args: str | int) -> Any:
+        return await self.client.execute_command(*args)
 
     def _write_limit(self, deadline: float | None) -> float:
         limit = asyncio.get_running_loop().time() + self.write_timeout_s

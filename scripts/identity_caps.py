@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 
-from bidder.chaos.identity_caps import FALLBACK_RUNS, GRAPH_RUNS, Plan, measure
+from bidder.chaos.identity_caps import CLASS_RUNS, FALLBACK_RUNS, GRAPH_RUNS, Plan, measure
 from bidder.stack.local import LocalStack
 
 FALLBACK_SHARE = 0.3
@@ -33,12 +33,24 @@ def main() -> int:
         help="graph on, campaigns without then with a household fallback",
     )  # fmt: skip
     p.add_argument("--anonymous-share", type=float, default=None, metavar="F")
+    p.add_argument("--limit", type=int, default=default.limit, help="the day cap")
+    p.add_argument("--heavy-people", type=int, default=default.heavy_people)
+    p.add_argument("--heavy-share", type=float, default=default.heavy_share)
+    p.add_argument(
+        "--per-class", action="store_true",
+        help="graph on, one replay per class with that class's campaign alone",
+    )  # fmt: skip
     args = p.parse_args()
     share = args.anonymous_share
     if share is None:
         share = FALLBACK_SHARE if args.fallback else default.anonymous_share
-    plan = Plan(requests=args.requests, rate=args.rate, seed=args.seed, anonymous_share=share)
+    plan = Plan(
+        requests=args.requests, rate=args.rate, seed=args.seed, anonymous_share=share,
+        limit=args.limit, heavy_people=args.heavy_people, heavy_share=args.heavy_share,
+    )  # fmt: skip
     runs = FALLBACK_RUNS if args.fallback else GRAPH_RUNS
+    if args.per_class:
+        runs = CLASS_RUNS
     with LocalStack() as aws, tempfile.TemporaryDirectory() as tmp:
         endpoint = aws.aws_endpoint
 

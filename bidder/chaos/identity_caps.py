@@ -65,12 +65,24 @@ class Plan:
     """People in the graph (and in the ground truth the audit maps keys by)."""
     anonymous_share: float = 0.0
     """Share of faces that send no id (``generate(..., anonymous_share=)``)."""
+    limit: int = LIMIT
+    """Each class campaign's day cap."""
 
 
-Runs = Mapping[str, tuple[bool, str]]
-"""Run name -> (identity graph on, the class campaigns' ``cap_policy.fallback``)."""
-GRAPH_RUNS: Runs = {"graph_off": (False, "none"), "graph_on": (True, "none")}
-FALLBACK_RUNS: Runs = {"fallback_none": (True, "none"), "fallback_household": (True, "household")}
+Runs = Mapping[str, tuple[bool, str, tuple[str, ...]]]
+"""Run name -> (identity graph on, the class campaigns' ``cap_policy.fallback``, the
+classes whose campaigns are in the book)."""
+GRAPH_RUNS: Runs = {
+    "graph_off": (False, "none", tuple(CAP_CLASSES)),
+    "graph_on": (True, "none", tuple(CAP_CLASSES)),
+}
+FALLBACK_RUNS: Runs = {
+    "fallback_none": (True, "none", tuple(CAP_CLASSES)),
+    "fallback_household": (True, "household", tuple(CAP_CLASSES)),
+}
+CLASS_RUNS: Runs = {name: (True, "none", (name,)) for name in CAP_CLASSES}
+"""One class campaign alone per replay of the same stream: each class meets the same
+requests and wins, so their reads and over-delivery compare."""
 
 
 def campaign_id(name: str) -> str:
@@ -82,8 +94,8 @@ def campaign_id(name: str) -> str:
 _STRICTEST_FIRST = tuple(reversed(CAP_CLASSES))
 
 
-def class_campaigns(fallback: str = "none") -> list[Campaign]:
-    """One broad banner campaign per cap class, each with a campaign day cap of LIMIT."""
+def class_campaigns(fallback: str = "none", limit: int = LIMIT) -> list[Campaign]:
+    """One broad banner campaign per cap class, each with a campaign day cap of ``limit``."""
     creative = Creative(
         id="mrec", format="banner", markup="<b/>", adomain=("caps.example",), w=300, h=250
     )
@@ -95,7 +107,7 @@ def class_campaigns(fallback: str = "none") -> list[Campaign]:
             base_bid_cpm_micros=5_000_000,
             max_bid_cpm_micros=10_000_000,
             creatives=(creative,),
-            frequency_caps=(FrequencyCap("campaign", "fixed", 86_400, LIMIT),),
+            frequency_caps=(FrequencyCap("campaign", "fixed", 86_400, limit),),
             cap_policy=CapPolicy.of_class(name, fallback=fallback),
         )
         for name in CAP_CLASSES
@@ -116,15 +128,18 @@ async def measure(
     graph.write_bytes(orjson.dumps(truth_graph(plan.graph_people).to_doc()))
     person_of = {key: f"person:{i}" for i in range(plan.graph_people) for key in person_keys(i)}
     figures = {}
-    for name, (graph_on, fallback) in runs.items():
+    for name, (graph_on, fallback, classes) in runs.items():
         with stack_of() as stack:
             run_dir = workdir / name
             run_dir.mkdir()
             campaigns = run_dir / "campaigns.json"
-            docs = [campaign_to_doc(c) for c in class_campaigns(fallback)]
+            book = [c for c in class_campaigns(fallback, plan.limit) if _class_of(c) in classes]
+            docs = [campaign_to_doc(c) for c in book]
             campaigns.write_bytes(orjson.dumps({"version": 1, "campaigns": docs}))
             graph_path = graph if graph_on else None
-            figures[name] = await _run(stack, stream, campaigns, graph_path, run_dir, person_of)
+            figures[name] = await _run(
+                stack, stream, campaigns, graph_path, run_dir, person_of, plan.limit
+            )
     return figures
 
 
@@ -135,6 +150,7 @@ async def _run(
     graph: Path | None,
     workdir: Path,
     person_of: Mapping[str, str],
+    limit: int,
 ) -> dict[str, Any]:
     notices = NoticeRecorder()
     tag = uuid.uuid4().hex[:10]
@@ -175,7 +191,7 @@ async def _run(
         "fallback_checks": int(fallback_checks),
         "billed_without_user_key": sum(not c.user_key for c in billed),
         "cap_reads": {name: int(n) for name, n in reads.items()},
-        "classes": _per_class(delivered, billed_ms),
+        "classes": _per_class(delivered, billed_ms, limit),
     }
 
 
@@ -194,8 +210,15 @@ def _as_person(claims: NoticeClaims, person_of: Mapping[str, str]) -> NoticeClai
     return dataclasses.replace(claims, user_key=person or claims.user_key)
 
 
-def _per_class(delivered: Iterable[NoticeClaims], billed_ms: Mapping[int, int]) -> dict[str, Any]:
-    audit = cap_over_delivery(delivered, build_subjects(class_campaigns()), billed_ms=billed_ms)
+def _class_of(campaign: Campaign) -> str:
+    return campaign.cap_policy.cap_class
+
+
+def _per_class(
+    delivered: Iterable[NoticeClaims], billed_ms: Mapping[int, int], limit: int
+) -> dict[str, Any]:
+    subjects = build_subjects(class_campaigns(limit=limit))
+    audit = cap_over_delivery(delivered, subjects, billed_ms=billed_ms)
     out: dict[str, Any] = {}
     for name in CAP_CLASSES:
         above = [a for a in audit.above_cap if a.campaign_id == campaign_id(name)]

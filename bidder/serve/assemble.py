@@ -130,6 +130,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         partial(win.journal.run, win.biller.replay),
         partial(run_refresher, pacer, lease_reader, clock, settings.lease_refresh_s),
         *_refreshers(settings, inputs),
+        partial(stores.capper.keep_counted_fresh, clock),
         partial(run_flusher, settings.metrics_flush_s),
     ]
     state.closers += [

@@ -47,7 +47,8 @@ def test_a_count_cache_entry_passes_until_its_room_is_spent() -> None:
     cache.spend("k")
     assert cache.passes("k", 1)
     cache.spend("k")
-    assert not cache.passes("k", 2) and len(cache) == 0
+    assert not cache.passes("k", 2) and cache.spent("k", 2)
+    assert not cache.spent("k", 1_000) and len(cache) == 0
 
 
 def test_a_count_cache_entry_ends_at_its_instant() -> None:
