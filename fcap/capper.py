@@ -100,6 +100,7 @@ class FrequencyCapper:
     ) -> Verdict:
         """At most one round trip (two concurrent calls when households are capped too)."""
         cached: set[Subject] = set()
+        spent: set[Subject] = set()
         ask: list[Subject] = []
         passed: dict[Subject, Hashable] = {}
         for subject in subjects:
@@ -108,13 +109,22 @@ class FrequencyCapper:
             key = (user_key, household_key, subject.cache_id)
             if self.cache.capped(key, now_ms):
                 cached.add(subject)
-            elif subject.max_stale_ms and self._stands(subject, key, now_ms):
+            elif not subject.max_stale_ms:
+                ask.append(subject)
+            elif self.fresh.spent(key, now_ms):
+                # Its last read plus this worker's bids since reach a cap: until the read
+                # is stale, as capped as a read would say if every bid were won.
+                spent.add(subject)
+            elif self._stands(subject, key, now_ms):
                 passed[subject] = key
             else:
                 ask.append(subject)
         if cached:
             metrics.CACHE_HITS.inc(len(cached))
             metrics.CAPPED_BY_CACHE.inc(len(cached))
+        if spent:
+            metrics.CAPPED_BY_COUNT_CACHE.inc(len(spent))
+            cached |= spent
         if not ask:
             return Verdict(capped=frozenset(cached), on_count_cache=passed)
         metrics.CHECKS.inc()
@@ -154,7 +164,7 @@ class FrequencyCapper:
             metrics.FRESH_HITS_BY_CLASS[subject.cap_class].inc()
             return True
         copy = self.counted
-        if not subject.zero_room or copy is None or self.fresh.spent(key, now_ms):
+        if not subject.zero_room or copy is None:
             return False
         stands_ms = subject.max_stale_ms - round(COUNTED_FLUSH_S * 1000)
         if now_ms - copy.read_ms >= stands_ms:

@@ -40,6 +40,7 @@ FALLBACK = Counter(
 
 CAPPED_BY_STORE = CAPPED.labels("store")
 CAPPED_BY_CACHE = CAPPED.labels("cache")
+CAPPED_BY_COUNT_CACHE = CAPPED.labels("count_cache")
 CHECK_ERRORS = STORE_ERRORS.labels("check")
 COUNT_ERRORS = STORE_ERRORS.labels("count")
 RELEASE_ERRORS = STORE_ERRORS.labels("release")

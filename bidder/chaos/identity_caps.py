@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,7 @@ from fcap.audit import cap_over_delivery, claims_from_notice_urls
 from fcap.rules import build_subjects
 
 LIMIT = 2
+WORKERS = 2
 _KEY = "identity-caps-notice-key-" + "i" * 32
 _SIGNER = TokenSigner({"k1": _KEY.encode()}, "k1")
 
@@ -155,7 +157,7 @@ async def _run(
     notices = NoticeRecorder()
     tag = uuid.uuid4().hex[:10]
     settings = chaos_settings(
-        stack, workdir, reconciler=True, workers=2, deadline_ms=50.0,
+        stack, workdir, reconciler=True, workers=WORKERS, deadline_ms=50.0,
         fcap_check_timeout_ms=25.0, public_url=notices.public_url,
         notice_keys=(("k1", _KEY),), campaigns_path=campaigns, identity_graph=graph,
         **{n: f"idcaps-{n.replace('_', '-')}-{tag}" for n in _RESOURCES},
@@ -171,6 +173,9 @@ async def _run(
             name: await metric(bidder.admin_url, "bidsim_fcap_reads_total", {"cap_class": name})
             for name in CAP_CLASSES
         }
+        never_counted = await metric(
+            bidder.admin_url, "bidsim_fcap_never_counted_passes_total", {"cap_class": "loose"}
+        )
         errors = await metric(bidder.admin_url, "bidsim_fcap_store_errors_total", {"op": "check"})
         fallback_checks = await metric(
             bidder.admin_url, "bidsim_fcap_fallback_checks_total", {"fallback": "household"}
@@ -191,6 +196,7 @@ async def _run(
         "fallback_checks": int(fallback_checks),
         "billed_without_user_key": sum(not c.user_key for c in billed),
         "cap_reads": {name: int(n) for name, n in reads.items()},
+        "loose_passes_never_counted": int(never_counted),
         "classes": _per_class(delivered, billed_ms, limit),
     }
 
@@ -228,5 +234,6 @@ def _per_class(
                 {a.counter for a in above if a.in_flight is False}
             ),
             "impressions_above_cap": len(above),
+            "most_above_cap_one_person": max(Counter(a.counter for a in above).values(), default=0),
         }
     return out
