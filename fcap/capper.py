@@ -73,15 +73,22 @@ class Verdict:
 class FrequencyCapper:
     """``cache`` remembers who is capped until when; ``fresh`` remembers, for subjects of
     a class that tolerates stale counts, who was read under their caps, until when that
-    read may stand in for a new one, and for how many more of this worker's bids (the
-    room the read found: a worker never bids a person past a cap on its own)."""
+    read may stand in for a new one, and for how many more of this worker's bids (its
+    share of the room the read found, so the workers together pass a cap by at most
+    one bid each)."""
 
     def __init__(
         self,
         store: FcapStore,
         cache: NegativeCache | None = None,
         fresh: CountCache | None = None,
+        workers: int = 1,
     ) -> None:
+        """``workers``: how many workers check the same people (each with its own count
+        cache); each one bids at most its share of the room a read finds."""
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, not {workers}")
+        self.workers = workers
         self.store = store
         self.cache = cache if cache is not None else NegativeCache()
         self.fresh = fresh if fresh is not None else CountCache()
@@ -146,7 +153,7 @@ class FrequencyCapper:
         for subject, left in result.room.items():
             if subject not in result.capped and subject not in result.unknown:
                 key = passed[subject] = (user_key, household_key, subject.cache_id)
-                self.fresh.put(key, now_ms + subject.max_stale_ms, left)
+                self.fresh.put(key, now_ms + subject.max_stale_ms, self._share(left))
         unavailable = frozenset(s for s in result.unknown if s.fail_closed)
         capped = frozenset(cached | result.capped.keys()) - unavailable
         unchecked = frozenset(result.unknown) - unavailable - capped
@@ -177,8 +184,13 @@ class FrequencyCapper:
             if rules and (side_key is None or not copy.never_counted(side_key, now_ms)):
                 return False
         metrics.NEVER_COUNTED_BY_CLASS[subject.cap_class].inc()
-        self.fresh.put(key, copy.read_ms + stands_ms, subject.zero_room)
+        self.fresh.put(key, copy.read_ms + stands_ms, self._share(subject.zero_room))
         return True
+
+    def _share(self, room: int) -> int:
+        """This worker's share of a room: rounded up, so the fleet's bids on one read
+        pass a cap by at most ``workers - 1``."""
+        return -(-room // self.workers)
 
     async def refresh_counted(self, now_ms: int, deadline: float) -> None:
         """Read today's counted bitmap (``fcap.counted``); on failure the old copy stays

@@ -295,7 +295,9 @@ async def _capper(
     except Exception as exc:  # Valkey down at start: serve, the cap policy decides per bid
         log.warning("frequency-cap scripts not loaded yet (loaded on first use): %s", exc)
     entries = settings.fcap_cache_entries
-    return FrequencyCapper(store, NegativeCache(entries), fresh=CountCache(entries))
+    return FrequencyCapper(
+        store, NegativeCache(entries), fresh=CountCache(entries), workers=settings.workers
+    )
 
 
 async def _warm_up(valkey: AsyncValkey) -> None:

@@ -162,3 +162,15 @@ async def test_a_loose_read_takes_the_least_room_of_the_user_and_household_sides
     capper.bid_on(verdict.on_count_cache[loose])  # room: min(5 - 1, 2 - 1) = 1
     again = await capper.check([loose], user, house, T0 + 2, far_deadline())
     assert loose in again.capped
+
+
+async def test_each_of_n_workers_bids_its_share_of_the_room_rounded_up(store: FcapStore) -> None:
+    loose, user = _loose(5), new_user()
+    capper = FrequencyCapper(store, workers=2)
+    allowed = 0
+    for k in range(5):
+        verdict = await capper.check([loose], user, None, T0 + k, far_deadline())
+        if verdict.allows(loose):
+            allowed += 1
+            capper.bid_on(verdict.on_count_cache[loose])
+    assert allowed == 3  # 5 / 2, rounded up: two workers pass the cap by at most one
