@@ -8,6 +8,8 @@ scripts run unchanged on Valkey Cluster:
     fu:{<user>}:d:<imp id>   string: the user side's dedup mark of one impression
     fh:{<household>}         hash: all household counters of the household
     fh:{<household>}:d:<imp id>
+    fc:{counted}:<day>       bitmap: who had an impression counted that UTC day
+                             (``fcap.counted``; one key, one slot, for the whole fleet)
 
 A user key and a household key are different tags, hence (on a Cluster) possibly
 different slots and nodes: they are never touched by the same script call. The
@@ -30,6 +32,11 @@ def counters(kind: str, subject_key: str) -> str:
 def dedup(kind: str, subject_key: str, impression_id: str) -> str:
     """The dedup mark of one impression on one side; same slot as ``counters``."""
     return f"{kind}:{{{_tag(subject_key)}}}:d:{impression_id}"
+
+
+def counted(day: int) -> str:
+    """The bitmap of keys counted on UTC day ``day`` (days since the epoch)."""
+    return f"fc:{{counted}}:{day}"
 
 
 def _tag(subject_key: str) -> str:

@@ -20,4 +20,5 @@ def _script(name: str) -> LuaScript:
 CHECK = _script("check")
 COUNT = _script("count")
 RELEASE = _script("release")
-ALL = (CHECK, COUNT, RELEASE)
+COUNTED = _script("counted")
+ALL = (CHECK, COUNT, RELEASE, COUNTED)

@@ -54,6 +54,12 @@ class Context:
     user_key: str | None = None
     """Stage 5's one key for this person (``bidder.decide.identity``); None when anonymous."""
     household_key: str | None = None
+    low_confidence: bool = False
+    """The identity graph knows ``user_key`` with less than its confidence threshold."""
+    fallback_keys: dict[tuple[str, str], str] | None = None
+    """(campaign id, creative id) -> the fallback key its user caps were checked under
+    (``cap_policy.fallback``); the bid's notice token carries it as the user key, so
+    the win counts under the same key. None when no candidate used one."""
     caps_unchecked: frozenset[tuple[str, str]] = frozenset()
     """(campaign id, creative id) of candidates that passed stage 7 without a cap check
     (fail-open); their bids carry the unchecked mark."""

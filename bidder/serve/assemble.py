@@ -65,7 +65,7 @@ from bidder.winloop.billing import Biller, ImpressionSink
 from bidder.winloop.deferred import EXACT_REPLAY_ALLOWANCE_MS, DeferredJournal
 from bidder.winloop.notices import MAX_SKEW_MS
 from bidder.winloop.spend_stream import SpendProducer
-from fcap import FcapStore, FrequencyCapper, NegativeCache
+from fcap import CountCache, FcapStore, FrequencyCapper, NegativeCache
 from fcap import connect as fcap_connect
 from ids.bid_ids import bid_id_source
 from ids.snowflake import Snowflake
@@ -130,6 +130,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         partial(win.journal.run, win.biller.replay),
         partial(run_refresher, pacer, lease_reader, clock, settings.lease_refresh_s),
         *_refreshers(settings, inputs),
+        partial(stores.capper.keep_counted_fresh, clock),
         partial(run_flusher, settings.metrics_flush_s),
     ]
     state.closers += [
@@ -294,7 +295,9 @@ async def _capper(
     except Exception as exc:  # Valkey down at start: serve, the cap policy decides per bid
         log.warning("frequency-cap scripts not loaded yet (loaded on first use): %s", exc)
     entries = settings.fcap_cache_entries
-    return FrequencyCapper(store, NegativeCache(entries), fresh=NegativeCache(entries))
+    return FrequencyCapper(
+        store, NegativeCache(entries), fresh=CountCache(entries), workers=settings.workers
+    )
 
 
 async def _warm_up(valkey: AsyncValkey) -> None:
