@@ -8,6 +8,7 @@ scripts run unchanged on Valkey Cluster:
     fu:{<user>}:d:<imp id>   string: the user side's dedup mark of one impression
     fh:{<household>}         hash: all household counters of the household
     fh:{<household>}:d:<imp id>
+    fr:log                   stream: regional mode's change log of one region's server
 
 A user key and a household key are different tags, hence (on a Cluster) possibly
 different slots and nodes: they are never touched by the same script call. The
@@ -19,6 +20,9 @@ from __future__ import annotations
 
 USER = "fu"
 HOUSEHOLD = "fh"
+CHANGE_LOG = "fr:log"
+"""Regional mode (``fcap.regional``): the changes of the region's slots, for the
+replicators. One per server, no hash tag: regional mode runs on single servers."""
 _ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
 
 
