@@ -56,7 +56,7 @@ class RegionalFcapStore(FcapStore):
         self.region = region
         self.regions = tuple(sorted(clients))
         self.home_reads = home_reads
-        self._clients = dict(clients)
+        self.clients = dict(clients)
         self._region_list = " ".join(self.regions)
         self._locks = {name: asyncio.Lock() for name in self.regions}
 
@@ -68,7 +68,7 @@ class RegionalFcapStore(FcapStore):
                 await client.script_load(script.body)
 
         targets = self.regions if self.home_reads else (self.region,)
-        calls = [prepare(self._clients[name]) for name in targets]
+        calls = [prepare(self.clients[name]) for name in targets]
         await self._run(calls, asyncio.get_running_loop().time() + timeout_s)
 
     def server_of(self, subject_key: str) -> str:
@@ -87,7 +87,7 @@ class RegionalFcapStore(FcapStore):
         )  # fmt: skip
         hash_keys = (keys.counters(kind, key or ""), keys.CHANGE_LOG)
         return await scripts.REGION_CHECK.run(
-            self._clients[name], hash_keys, args, self._locks[name]
+            self.clients[name], hash_keys, args, self._locks[name]
         )
 
     def _count_call(
@@ -100,7 +100,7 @@ class RegionalFcapStore(FcapStore):
             keys.CHANGE_LOG,
         )
         return scripts.REGION_COUNT.run(
-            self._clients[name],
+            self.clients[name],
             hash_keys,
             (args[0], args[1], self.region, *args[2:]),
             self._locks[name],
