@@ -105,7 +105,8 @@ class Replicator:
         return not self._open.is_set()
 
     def partition(self) -> None:
-        """Stop applying (the link is cut); the lag keeps being measured."""
+        """Stop applying (the link is cut); the lag keeps being measured. An apply
+        already sent still lands, as on a real link."""
         self._open.clear()
 
     def heal(self) -> None:

@@ -118,10 +118,12 @@ async def _cut(live: RegionalLive, third_s: float) -> _Cut:
     alert; then heal and time the catch-up."""
     await asyncio.sleep(third_s)
     live.partition()
-    applied = sum(r.applied for r in live.replicators)
-    peak, alert = 0.0, False
     loop = asyncio.get_running_loop()
     end = loop.time() + third_s
+    # An apply already sent when the link is cut still lands: count from 0.1 s on.
+    await asyncio.sleep(0.1)
+    applied = sum(r.applied for r in live.replicators)
+    peak, alert = 0.0, False
     while loop.time() < end:
         await asyncio.sleep(0.1)
         peak = max(peak, live.lag_s)
