@@ -45,8 +45,8 @@ from fcap.replicate import Link
 
 NAME = "region_partition"
 INJECTED = "replication between two regions' counter stores cut, then healed"
-RATE = 250.0
-REQUESTS = {True: 1500, False: 6000}
+RATE = 150.0
+REQUESTS = {True: 1200, False: 4800}
 LAG_ALERT_S = 1.0
 RECOVERY_BOUND_S = 5.0
 LIMIT = 3
