@@ -14,6 +14,7 @@ from bidder.decide.identity import identify
 from bidder.decide.identity_graph import IdentityGraph
 from bidder.decide.profile_cache import ProfileCache
 from bidder.pipeline.campaign_book import CampaignBook
+from bidder.pipeline.campaign_trace import capped_campaigns
 from bidder.pipeline.runner import Context, PricedCandidate, StageResult
 from bidder.supply.files import SupplyCache
 from bidder.supply.schain import apply_policy, verify
@@ -47,6 +48,8 @@ class EligibilityStage:
         if isinstance(result, NoBid):
             return result
         ctx.candidates = result
+        if ctx.trace is not None:
+            ctx.trace.keep_eligible(result)
         return None
 
 
@@ -169,6 +172,10 @@ class FcapStage:
             unchecked = verdict.unchecked
             ctx.caps_unchecked = frozenset((s.campaign_id, s.creative_id) for s in unchecked)
         ctx.candidates = [c for c, subject in pairs if verdict.allows(subject)]
+        if ctx.trace is not None:
+            over = (c.campaign.id for c, subject in pairs if subject in verdict.capped)
+            allowed = (c.campaign.id for c in ctx.candidates)
+            ctx.trace.capped = capped_campaigns(over, allowed)
         if ctx.candidates:
             return None
         return NoBid.CAPPED if verdict.capped else NoBid.FCAP_UNAVAILABLE
@@ -192,9 +199,14 @@ class ScoreStage:
 
     def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
         columns = self._book.feature_columns
+        unshaded: list[tuple[Candidate, int]] | None = None if ctx.trace is None else []
         try:
-            priced = self._pricer.price(ctx.request, ctx.ssp, ctx.profile, ctx.candidates, columns)
+            priced = self._pricer.price(
+                ctx.request, ctx.ssp, ctx.profile, ctx.candidates, columns, unshaded
+            )
         except ScoringError:
             return NoBid.SCORE_ERROR
+        if ctx.trace is not None and unshaded is not None:
+            ctx.trace.keep_unshaded(unshaded)
         ctx.priced.extend(PricedCandidate(candidate, price) for candidate, price in priced)
         return None if ctx.priced else NoBid.FLOOR

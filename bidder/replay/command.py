@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ import orjson
 import uvloop
 
 from bidder.bidstream.stream import StreamRecord, read_stream
+from bidder.core.campaigns import Campaign
 from bidder.replay.campaign_outcomes import Budget, budgets_of
 from bidder.replay.pacing_figures import OfflineSettings, pacing_section, render_pacing
 from bidder.replay.replayer import ReplayOptions, replay
@@ -44,6 +46,7 @@ from bidder.serve.cli_options import (
 from bidder.serve.server import campaigns_of, running_bidder
 from bidder.serve.settings import Settings
 from bidder.stack.child import free_port, held_port
+from fcap.rules import build_subjects
 from pacing.config_file import load_pacing_file, settings_in_force, settings_line
 from pacing.curves import BUILTIN, load_curve_dir
 
@@ -99,6 +102,10 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
         "--stage-times", type=float, default=1.0, metavar="SHARE",
         help="share of requests that ask the bidder for its stage times (0-1; default all)",
     )  # fmt: skip
+    p.add_argument(
+        "--no-campaign-trace", action="store_true",
+        help="don't ask the bidder what it decided per campaign (eligible, capped, shading)",
+    )  # fmt: skip
     add_bidder_options(p)
     p.set_defaults(command=cmd_replay)
 
@@ -106,6 +113,7 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
 def cmd_replay(args: argparse.Namespace) -> int:
     check_out_dirs(args.json, args.html)
     settings = settings_from_args(args, 0, 0)
+    campaigns = _campaigns(settings)
     options = ReplayOptions(
         speed=args.speed,
         rate=args.rate,
@@ -117,9 +125,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         reorder_notices=args.reorder_notices,
         notice_window_ms=args.notice_window_ms,
         path_policy=settings.path_policy,
-        budgets=_budgets(settings),
+        budgets=_budgets(settings, campaigns),
         throttle=None if args.no_throttle else ThrottleRule(threshold=args.throttle_threshold),
         stage_times=args.stage_times,
+        campaign_trace=not args.no_campaign_trace,
+        cap_subjects=build_subjects(campaigns),
     )
     calibration = read_calibration(args.supply_from) if args.supply_from else None
     records = list(read_stream(args.stream))
@@ -142,6 +152,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         report["pacing_day"] = pacing_section(
             report["campaigns"], options.budgets, calibration, offline
         )
+        report["pacing_day_settings"] = {**dataclasses.asdict(offline), "speed": clock.speed}
     print_report(result, report, args.json, args.html)
     return 0
 
@@ -246,16 +257,23 @@ def check_out_dirs(*outs: Path | None) -> None:
             raise ValueError(f"no such directory for the report: {out.parent}")
 
 
-def _budgets(settings: Settings) -> dict[str, Budget]:
-    """The campaign file's budgets (scaled) and curves: what spend is measured against."""
+def _campaigns(settings: Settings) -> list[Campaign]:
+    """The campaign file's campaigns (budgets scaled); none without a file."""
     if settings.campaigns_path is None:
+        return []
+    return campaigns_of(settings.campaigns_path, settings)
+
+
+def _budgets(settings: Settings, campaigns: list[Campaign]) -> dict[str, Budget]:
+    """The campaigns' budgets and curves: what spend is measured against."""
+    if not campaigns:
         return {}
     named = dict(BUILTIN)
     if settings.pacing_curves is not None:
         named.update(load_curve_dir(settings.pacing_curves))
     if settings.pacing_config is not None:
         named.update(load_pacing_file(settings.pacing_config).curves())
-    return budgets_of(campaigns_of(settings.campaigns_path, settings), named)
+    return budgets_of(campaigns, named)
 
 
 def print_report(
