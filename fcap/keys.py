@@ -10,6 +10,7 @@ scripts run unchanged on Valkey Cluster:
     fh:{<household>}:d:<imp id>
     fc:{counted}:<day>       bitmap: who had an impression counted that UTC day
                              (``fcap.counted``; one key, one slot, for the whole fleet)
+    fr:log                   stream: regional mode's change log of one region's server
 
 A user key and a household key are different tags, hence (on a Cluster) possibly
 different slots and nodes: they are never touched by the same script call. The
@@ -21,6 +22,9 @@ from __future__ import annotations
 
 USER = "fu"
 HOUSEHOLD = "fh"
+CHANGE_LOG = "fr:log"
+"""Regional mode (``fcap.regional``): the changes of the region's slots, for the
+replicators. One per server, no hash tag: regional mode runs on single servers."""
 _ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
 
 

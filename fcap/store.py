@@ -204,12 +204,7 @@ class FcapStore:
         ):
             if key and rules:
                 args = (now_ms, impression_ms, len(rules), *rules_argv(rules))
-                dedup = keys.dedup(kind, key, impression_id)
-                calls.append(
-                    scripts.COUNT.run(
-                        self.client, (keys.counters(kind, key), dedup), args, self._loading
-                    )
-                )
+                calls.append(self._count_call(kind, key, impression_id, args))
         if not calls:
             return CountOutcome.NOT_COUNTED
         codes = await self._run(calls, self._write_limit(deadline))
@@ -267,6 +262,15 @@ class FcapStore:
                 del self._plans[next(iter(self._plans))]
             found = self._plans[key] = build_plan(key[0], key[1], key[2])
         return found
+
+    def _count_call(
+        self, kind: str, key: str, impression_id: str, args: tuple[int | str, ...]
+    ) -> Coroutine[Any, Any, Any]:
+        """count.lua on one side. ``args``: its ARGV (now, impression instant, rules)."""
+        dedup = keys.dedup(kind, key, impression_id)
+        return scripts.COUNT.run(
+            self.client, (keys.counters(kind, key), dedup), args, self._loading
+        )
 
     async def _read(self, kind: str, key: str | None, period: Period, now_ms: int) -> Any:
         """One side's answer: the values of ``period.fields`` (then the grants of its

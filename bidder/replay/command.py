@@ -36,7 +36,13 @@ from bidder.replay.stream_clock import (
     target_problem,
 )
 from bidder.replay.throttle import ThrottleRule
-from bidder.serve.cli_options import add_bidder_options, local_stack, on_stack, settings_from_args
+from bidder.serve.cli_options import (
+    add_bidder_options,
+    local_regions,
+    local_stack,
+    on_stack,
+    settings_from_args,
+)
 from bidder.serve.server import campaigns_of, running_bidder
 from bidder.serve.settings import Settings
 from bidder.stack.child import free_port, held_port
@@ -217,8 +223,8 @@ def _replay_embedded(
     start_at_ms = time.time_ns() // 1_000_000 + round(args.lead_s * 1000)
     if clock is not None:
         settings = on_clock(settings, clock, start_at_ms)
-    with local_stack(args, settings) as stack:
-        settings = on_stack(settings, stack)
+    with local_stack(args, settings) as stack, local_regions(args, settings) as regional:
+        settings = on_stack(regional, stack)
 
         async def run() -> ReplayResult:
             async with running_bidder(settings) as bidder:
