@@ -34,6 +34,7 @@ from bidder.replay.compare import DEFAULT_THRESHOLD, compare, render_comparison
 from bidder.replay.pacing_figures import sized
 from bidder.serve.cli_options import (
     add_bidder_options,
+    local_regions,
     local_stack,
     on_stack,
     settings_from_args,
@@ -43,6 +44,7 @@ from bidder.serve.settings import Settings, SettingsError
 from bidder.serve.workers import WorkerPoolError
 from bidder.stack.child import StackError
 from bidder.stack.local import LocalStack
+from fcap.replicator_cli import add_commands as regions_commands
 from models.cli import add_commands as model_commands
 from pacing.cli import add_commands as pacing_commands
 
@@ -104,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     stack.set_defaults(command=_cmd_stack)
     pacing_commands(sub)
     identity_commands(sub)
+    regions_commands(sub)
     model_commands(sub)
     return parser
 
@@ -120,8 +123,8 @@ def _serve_parser(p: argparse.ArgumentParser) -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, args.port, args.admin_port)
-    with local_stack(args, settings) as stack:
-        settings = on_stack(settings, stack)
+    with local_stack(args, settings) as stack, local_regions(args, settings) as regional:
+        settings = on_stack(regional, stack)
         return uvloop.run(_serve_until_stopped(settings))
 
 

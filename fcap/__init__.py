@@ -8,7 +8,7 @@ The rules (``fcap.rules``) import no I/O. See docs/fcap.md.
 
 from __future__ import annotations
 
-from fcap.cache import NegativeCache
+from fcap.cache import CountCache, NegativeCache
 from fcap.capper import FrequencyCapper, Verdict
 from fcap.rules import Rule, Subject, build_subjects, subject_for
 from fcap.store import (
@@ -22,6 +22,7 @@ from fcap.store import (
 
 __all__ = [
     "CheckResult",
+    "CountCache",
     "CountOutcome",
     "FcapStore",
     "FcapUnavailable",

@@ -7,9 +7,9 @@ rolling window leaves it, the end of a recency gap. Counts can only grow until t
 instant the bidder can say "capped" without a round trip. Bounded: least recently
 used entries go first. Times are the caller's clock (epoch ms), like the store's.
 
-The same structure, a key held until an instant, is the count cache of cap classes
-that tolerate stale counts (``FrequencyCapper.fresh``: "read under its caps, and
-that read may stand until T").
+``CountCache`` is the count cache of cap classes that tolerate stale counts
+(``FrequencyCapper.fresh``): "read under its caps with room for N more, and that read
+may stand until T for up to N of this worker's own bids".
 """
 
 from __future__ import annotations
@@ -48,3 +48,50 @@ class NegativeCache:
 
     def forget(self, key: Hashable) -> None:
         self._until.pop(key, None)
+
+
+class CountCache:
+    """Per (person, subject): until when a read that found it under its caps stands in
+    for a new one, and how many of this worker's bids it still allows (the headroom the
+    read found, less the bids made on it since). Bounded, least recently used first."""
+
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, not {max_entries}")
+        self.max_entries = max_entries
+        self._entries: OrderedDict[Hashable, list[int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def passes(self, key: Hashable, now_ms: int) -> bool:
+        """A read stands for ``key`` at ``now_ms`` and still allows a bid."""
+        entry = self._live(key, now_ms)
+        return entry is not None and entry[1] > 0
+
+    def spent(self, key: Hashable, now_ms: int) -> bool:
+        """A read stands for ``key`` at ``now_ms`` but its room is used up: read again."""
+        entry = self._live(key, now_ms)
+        return entry is not None and entry[1] <= 0
+
+    def _live(self, key: Hashable, now_ms: int) -> list[int] | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if now_ms >= entry[0]:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: Hashable, until_ms: int, room: int) -> None:
+        self._entries[key] = [until_ms, room]
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def spend(self, key: Hashable) -> None:
+        """One bid of this worker made on the read."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            entry[1] -= 1

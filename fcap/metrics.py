@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from bidder.core.campaigns import CAP_CLASSES
+import prometheus_client
+
+from bidder.core.campaigns import CAP_CLASSES, CAP_FALLBACKS
 from bidder.core.published_metrics import Counter
 
 CHECKS = Counter("bidsim_fcap_checks", "Frequency-cap checks that went to Valkey.")
@@ -25,11 +27,47 @@ FRESH_HITS = Counter(
     "Candidates passed on a recent read (the count cache of loose cap classes), by cap class.",
     ["cap_class"],
 )
+NEVER_COUNTED = Counter(
+    "bidsim_fcap_never_counted_passes",
+    "Candidates passed without a read because the counted bitmap showed their person was"
+    " never counted today, by cap class.",
+    ["cap_class"],
+)
+FALLBACK = Counter(
+    "bidsim_fcap_fallback_checks",
+    "Candidates whose user caps were checked under a fallback key (no usable user key),"
+    " by fallback.",
+    ["fallback"],
+)
 
 CAPPED_BY_STORE = CAPPED.labels("store")
 CAPPED_BY_CACHE = CAPPED.labels("cache")
+CAPPED_BY_COUNT_CACHE = CAPPED.labels("count_cache")
 CHECK_ERRORS = STORE_ERRORS.labels("check")
 COUNT_ERRORS = STORE_ERRORS.labels("count")
 RELEASE_ERRORS = STORE_ERRORS.labels("release")
+COUNTED_ERRORS = STORE_ERRORS.labels("counted")
 READS_BY_CLASS = {name: READS.labels(name) for name in CAP_CLASSES}
 FRESH_HITS_BY_CLASS = {name: FRESH_HITS.labels(name) for name in CAP_CLASSES}
+NEVER_COUNTED_BY_CLASS = {name: NEVER_COUNTED.labels(name) for name in CAP_CLASSES}
+FALLBACK_CHECKS = {name: FALLBACK.labels(name) for name in CAP_FALLBACKS if name != "none"}
+
+# Regional mode's replicators (fcap.replicate): not on the bid path, so plain
+# prometheus_client metrics, labelled by link.
+REPLICATION_LAG = prometheus_client.Gauge(
+    "bidsim_fcap_replication_lag_seconds",
+    "Age of the oldest counter change not yet applied in the destination region.",
+    ["source", "dest"],
+    multiprocess_mode="max",
+)
+REPLICATION_ALERT = prometheus_client.Gauge(
+    "bidsim_fcap_replication_lag_alert",
+    "1 while the replication lag is over its alert threshold.",
+    ["source", "dest"],
+    multiprocess_mode="max",
+)
+REPLICATION_APPLIED = prometheus_client.Counter(
+    "bidsim_fcap_replication_applied",
+    "Counter changes applied in the destination region.",
+    ["source", "dest"],
+)

@@ -47,6 +47,8 @@ class Period:
     spans: tuple[tuple[Subject, tuple[Span, ...]], ...]
     requests: str
     """check.lua's reserve requests; '' when no subject of the side reserves."""
+    stale: tuple[tuple[Subject, tuple[Span, ...]], ...] = ()
+    """The spans of subjects whose class tolerates stale counts (``room``)."""
 
 
 class SidePlan:
@@ -110,7 +112,8 @@ def build_period(kind: str, subjects: Sequence[Subject], now_ms: int) -> Period:
         if subject.reserve:
             requests.append(_reserve_request(mine))
     packed = b"".join(b"$%d\r\n%s\r\n" % (len(f), f.encode("ascii")) for f in fields)
-    return Period(lo, hi, tuple(fields), packed, tuple(spans), " ".join(requests))
+    stale = tuple((subject, mine) for subject, mine in spans if subject.max_stale_ms)
+    return Period(lo, hi, tuple(fields), packed, tuple(spans), " ".join(requests), stale)
 
 
 def _stable(rule: Rule, now_ms: int) -> tuple[int, int]:
@@ -157,4 +160,21 @@ def decide(
                 until = capped
         if until:
             out.append((subject, until))
+    return out
+
+
+def room(period: Period, raw: Sequence[bytes | int | None]) -> dict[Subject, int]:
+    """How many more impressions the caps of each ``period.stale`` subject not capped
+    allow on this side, by the values read: the smallest of its rules' limit less the
+    count, a recency rule allowing one (its gap starts with it)."""
+    out = {}
+    for subject, spans in period.stale:
+        left = _FOREVER
+        for rule, first, count, _ in spans:
+            if rule.kind == "t":
+                left = min(left, 1)  # the caller asks only for subjects not capped
+            else:
+                used = sum(int(v) for v in raw[first : first + count] if v)
+                left = min(left, rule.limit - used)
+        out[subject] = max(left, 0)
     return out

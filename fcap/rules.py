@@ -88,6 +88,13 @@ class Subject:
     max_stale_ms: int = 0
     """From the cap class: how long a worker may act on a read that found it under its
     caps (the count cache, ``FrequencyCapper``); 0 reads on every request."""
+    zero_room: int = 0
+    """For a class that tolerates stale counts whose caps are all hour or day buckets:
+    the smallest limit, the room of a person the counted bitmap shows was never counted
+    today (``fcap.counted``); 0 when the bitmap cannot stand in for a read."""
+    fallback: str = "none"
+    """The campaign's ``cap_policy.fallback``: the coarser key its user caps count under
+    when the request has no usable user key (the caller derives it)."""
     cache_id: int = field(default=0)
     """Stable within a process for the same campaign version; the negative cache key."""
 
@@ -167,8 +174,19 @@ def subject_for(
         user_count_rules=user_count,
         cap_class=policy.cap_class,
         max_stale_ms=0 if reserve else policy.max_stale_s * 1000,
-        cache_id=hash((campaign.id, creative_id, user_count, house, reserve)),
+        zero_room=0 if reserve or not policy.max_stale_s else _zero_room(user + house),
+        fallback=policy.fallback if user else "none",
+        cache_id=hash((campaign.id, creative_id, user_count, house, reserve, policy.fallback)),
     )
+
+
+_WITHIN_A_DAY = (3_600_000, 86_400_000)
+"""Bucket sizes whose buckets each lie inside one UTC day (``fcap.counted``)."""
+
+
+def _zero_room(rules: tuple[Rule, ...]) -> int:
+    within = all(r.kind == "b" and not r.reach_ms and r.size_ms in _WITHIN_A_DAY for r in rules)
+    return min(r.limit for r in rules) if rules and within else 0
 
 
 def rules_argv(rules: tuple[Rule, ...]) -> tuple[str | int, ...]:

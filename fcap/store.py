@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,8 +47,8 @@ from bidder.adapters.valkey import connect_async
 from bidder.adapters.valkey_pipelined import PipelinedConnection, forget
 from bidder.adapters.valkey_wait import Waiter
 from bidder.core.tasks import TaskSet
-from fcap import keys, scripts
-from fcap.plan import RESERVED, Period, Plan, SidePlan, build_plan, decide
+from fcap import counted, keys, scripts
+from fcap.plan import RESERVED, Period, Plan, SidePlan, build_plan, decide, room
 from fcap.rules import Subject, rules_argv
 
 CHECK_TIMEOUT_S = 0.004
@@ -89,6 +89,9 @@ class CheckResult:
     unknown: frozenset[Subject]
     """Subjects with caps on a side whose key the request lacks (no user/household key)."""
     reservations: dict[Subject, Reservation] = field(default_factory=dict)
+    room: dict[Subject, int] = field(default_factory=dict)
+    """Subjects of classes that tolerate stale counts (``fcap.plan.room``): how many
+    more impressions their caps allowed, by this read."""
 
 
 def connect(
@@ -201,16 +204,27 @@ class FcapStore:
         ):
             if key and rules:
                 args = (now_ms, impression_ms, len(rules), *rules_argv(rules))
-                dedup = keys.dedup(kind, key, impression_id)
-                calls.append(
-                    scripts.COUNT.run(
-                        self.client, (keys.counters(kind, key), dedup), args, self._loading
-                    )
-                )
+                calls.append(self._count_call(kind, key, impression_id, args))
         if not calls:
             return CountOutcome.NOT_COUNTED
         codes = await self._run(calls, self._write_limit(deadline))
         return _combine(codes)
+
+    async def mark_counted(
+        self, day: int, bits: Set[int], now_ms: int, deadline: float | None = None
+    ) -> None:
+        """Set ``bits`` in the counted bitmap of ``day`` (``fcap.counted``), which lives
+        until the day after it ends by the caller's clock. Raises FcapUnavailable."""
+        ttl_ms = max((day + 2) * counted.DAY_MS - now_ms, 1)
+        args = (ttl_ms, *sorted(bits))
+        call = scripts.COUNTED.run(self.client, (keys.counted(day),), args, self._loading)
+        await self._run([call], self._write_limit(deadline))
+
+    async def read_counted(self, day: int, deadline: float) -> bytes:
+        """The bitmap of keys counted on ``day`` (``fcap.counted``); b"" when none was.
+        Raises FcapUnavailable."""
+        [bits] = await self._run([self._command("GET", keys.counted(day))], deadline)
+        return bytes(bits or b"")
 
     async def release(self, reservation: Reservation, deadline: float | None = None) -> None:
         """Undo a reservation, at most once (a second call does nothing). Raises
@@ -248,6 +262,15 @@ class FcapStore:
                 del self._plans[next(iter(self._plans))]
             found = self._plans[key] = build_plan(key[0], key[1], key[2])
         return found
+
+    def _count_call(
+        self, kind: str, key: str, impression_id: str, args: tuple[int | str, ...]
+    ) -> Coroutine[Any, Any, Any]:
+        """count.lua on one side. ``args``: its ARGV (now, impression instant, rules)."""
+        dedup = keys.dedup(kind, key, impression_id)
+        return scripts.COUNT.run(
+            self.client, (keys.counters(kind, key), dedup), args, self._loading
+        )
 
     async def _read(self, kind: str, key: str | None, period: Period, now_ms: int) -> Any:
         """One side's answer: the values of ``period.fields`` (then the grants of its
@@ -312,6 +335,7 @@ class FcapStore:
     ) -> CheckResult:
         capped: dict[Subject, int] = {}
         taken: dict[Subject, list[tuple[str, str]]] = {}
+        rooms: dict[Subject, int] = {}
         for side, key, period, answer in zip(plan.sides, keyed, periods, answers, strict=True):
             for subject, until in decide(period, answer, now_ms):
                 if until == RESERVED:
@@ -319,13 +343,19 @@ class FcapStore:
                         taken.setdefault(subject, []).append((side.kind, key))
                 else:
                     capped[subject] = max(until, capped.get(subject, 0))
+            if period.stale:
+                for subject, left in room(period, answer).items():
+                    rooms[subject] = min(left, rooms.get(subject, left))
         if not taken:
-            return CheckResult(capped, plan.unknown)
+            return CheckResult(capped, plan.unknown, room=rooms)
         reservations = {s: Reservation(s, now_ms, tuple(sides_)) for s, sides_ in taken.items()}
         for subject in [s for s in reservations if s in capped]:
             # Reserved on one side, capped on the other: give the slot back.
             self._background.spawn(_quietly(self.release(reservations.pop(subject))))
-        return CheckResult(capped, plan.unknown, reservations)
+        return CheckResult(capped, plan.unknown, reservations, rooms)
+
+    async def _command(self, *args: str | int) -> Any:
+        return await self.client.execute_command(*args)
 
     def _write_limit(self, deadline: float | None) -> float:
         limit = asyncio.get_running_loop().time() + self.write_timeout_s

@@ -1,12 +1,7 @@
 """Click scoring and bid pricing: features, training, the scorer and the win-rate model.
 
-Serving needs three names: ``ModelHandle.load`` (raises ``ArtifactError``), ``Pricer``
-(its ``price`` raises ``ScoringError``) and the artifact directory ``DEFAULT_DIR``.
+Serving uses ``models.scorer`` (``ModelHandle.load``, raising ``ArtifactError``; the
+artifact directory ``DEFAULT_DIR``) and ``models.serving`` (``Pricer``, whose ``price``
+raises ``ScoringError``). The package itself imports nothing, so a module that needs
+only the features does not load LightGBM.
 """
-
-from __future__ import annotations
-
-from models.scorer import DEFAULT_DIR, ArtifactError, ModelHandle, Scorer, ScoringError
-from models.serving import Pricer
-
-__all__ = ["DEFAULT_DIR", "ArtifactError", "ModelHandle", "Pricer", "Scorer", "ScoringError"]

@@ -53,7 +53,7 @@ def bid_price(
 
     ``win_rate`` None means no shading (first price bids the ceiling too).
     """
-    ceiling = min(value_micros, max_bid_micros)
+    ceiling = unshaded_price(value_micros, max_bid_micros)
     lowest = max(floor_micros, 1)
     if ceiling < lowest:
         return None
@@ -61,6 +61,11 @@ def bid_price(
         return ceiling
     alpha, beta = win_rate.curve(floor_micros)
     return shade(value_micros, lowest, ceiling, alpha, beta)
+
+
+def unshaded_price(value_micros: int, max_bid_micros: int) -> int:
+    """The ceiling: what a second-price auction is bid, and first price before shading."""
+    return min(value_micros, max_bid_micros)
 
 
 def shade(value_micros: int, lowest: int, ceiling: int, alpha: float, beta: float) -> int:

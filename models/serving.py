@@ -25,7 +25,7 @@ from bidder.decide.pricing import base_price
 from bidder.decide.profiles import Profile
 from bidder.openrtb.view import BidRequest
 from models import features
-from models.price import bid_price, impression_value
+from models.price import bid_price, impression_value, unshaded_price
 from models.scorer import ModelHandle, ScoringError
 
 
@@ -43,14 +43,19 @@ class Pricer:
         profile: Profile | None,
         candidates: Sequence[Candidate],
         table: features.CreativeTable = features.NO_TABLE,
+        unshaded: list[tuple[Candidate, int]] | None = None,
     ) -> list[tuple[Candidate, int]]:
         """(candidate, CPM price in micros) for each candidate worth a bid, in order.
 
         ``table``: the creatives' own feature columns (``features.creative_table``).
-        Raises ScoringError when the model or the pricing fails.
+        ``unshaded``, when given, receives (candidate, the price it would bid
+        unshaded) for each candidate worth a bid: the ceiling for a scored one, the
+        base price (never shaded) otherwise. Raises ScoringError when the model or the
+        pricing fails.
         """
         scored = [c for c in candidates if c.campaign.click_value_micros is not None]
-        scored_prices = iter(self._scored_prices(request, ssp, profile, scored, table))
+        ceilings: list[int] | None = None if unshaded is None else []
+        scored_prices = iter(self._scored_prices(request, ssp, profile, scored, table, ceilings))
         out = []
         for candidate in candidates:
             if candidate.campaign.click_value_micros is None:
@@ -59,6 +64,9 @@ class Pricer:
                 price = next(scored_prices)  # scored keeps the candidates' order
             if price is not None:
                 out.append((candidate, price))
+        if unshaded is not None and ceilings is not None:
+            by_candidate = {id(c): ceiling for c, ceiling in zip(scored, ceilings, strict=True)}
+            unshaded.extend((c, by_candidate.get(id(c), price)) for c, price in out)
         return out
 
     def _scored_prices(
@@ -68,7 +76,9 @@ class Pricer:
         profile: Profile | None,
         scored: list[Candidate],
         table: features.CreativeTable,
+        ceilings: list[int] | None,
     ) -> list[int | None]:
+        """The scored candidates' prices; their unshaded prices into ``ceilings`` if given."""
         if not scored:
             return []
         scorer = self.model.current
@@ -77,6 +87,14 @@ class Pricer:
         try:
             rows = features.pack_rows(request, ssp, profile, scored, self._clock.wall_ms(), table)
             p_clicks = scorer.predict(rows)
+            if ceilings is not None:
+                ceilings.extend(
+                    unshaded_price(
+                        impression_value(c.campaign.click_value_micros or 0, p),
+                        c.campaign.max_bid_cpm_micros,
+                    )
+                    for c, p in zip(scored, p_clicks, strict=True)
+                )
             return [
                 bid_price(
                     impression_value(c.campaign.click_value_micros or 0, p),

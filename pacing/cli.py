@@ -72,6 +72,10 @@ def add_commands(subparsers: Any) -> None:
         " --pacing-config)",
     )  # fmt: skip
     tune_p.set_defaults(command=cmd_tune)
+    add_reconciler_command(subparsers)
+
+
+def add_reconciler_command(subparsers: Any) -> None:
     rec = subparsers.add_parser("reconciler", help="run the pacing reconciler until Ctrl-C")
     _reconciler_options(rec)
     rec.set_defaults(command=cmd_reconciler)

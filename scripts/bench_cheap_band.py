@@ -92,7 +92,8 @@ class Paths:
         if isinstance(made, NoBid):
             return made
         ctx, deadline = made
-        return await run_stages(self.cheap_stages, ctx, deadline)
+        staged = run_stages(self.cheap_stages, ctx, deadline)
+        return staged if staged is None or isinstance(staged, NoBid) else await staged
 
     async def full(self, body: bytes, ssp: str) -> bytes | NoBid:
         made = self._context(body, ssp)
@@ -100,7 +101,8 @@ class Paths:
             return made
         ctx, deadline = made
         try:
-            reason = await run_stages(self.state.stages, ctx, deadline)
+            staged = run_stages(self.state.stages, ctx, deadline)
+            reason = staged if staged is None or isinstance(staged, NoBid) else await staged
         except TimeoutError:
             return NoBid.DEADLINE
         if reason is not None:

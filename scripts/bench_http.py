@@ -193,7 +193,8 @@ async def bidder_server(name: str, tree: Path, workers: int) -> AsyncIterator[Se
         await check_full_path(server)
         yield server
     finally:
-        proc.terminate()
+        if proc.returncode is None:
+            proc.terminate()
         await proc.wait()
 
 

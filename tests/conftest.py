@@ -18,6 +18,7 @@ import redis
 
 from bidder.stack.cluster import LocalValkeyCluster
 from bidder.stack.local import LocalStack
+from bidder.stack.regions import LocalRegions
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +35,13 @@ def valkey_url(local_stack: LocalStack) -> str:
 @pytest.fixture(scope="session")
 def aws_endpoint(local_stack: LocalStack) -> str:
     return local_stack.aws_endpoint
+
+
+@pytest.fixture(scope="session")
+def local_regions() -> Iterator[LocalRegions]:
+    """Three regions ("ap", "eu", "us"), each its own Valkey server."""
+    with LocalRegions(("ap", "eu", "us")) as regions:
+        yield regions
 
 
 @pytest.fixture(scope="session")

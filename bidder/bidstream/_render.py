@@ -294,3 +294,17 @@ def _video(a: Auction, spec: ImpSpec, ssp: inv.Ssp) -> dict[str, Any]:
     else:
         doc["placement"] = 1 if a.channel == "ctv" else 5 if spec.instl else 3
     return doc
+
+
+def without_ids(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` as an anonymous face sends it: no user id, buyeruid, eids or advertising
+    id; the IP, consent and everything else stay."""
+    user = doc.get("user", {})
+    for name in ("id", "buyeruid", "eids"):
+        user.pop(name, None)
+    user.get("ext", {}).pop("eids", None)
+    device = doc.get("device", {})
+    if "ifa" in device:
+        device.pop("ifa")
+        device["lmt"] = 1
+    return doc

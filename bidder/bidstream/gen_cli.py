@@ -40,6 +40,10 @@ def add_command(subparsers: Any) -> None:
         "--multi-id", action="store_true",
         help="people use 1-3 devices or browsers, each with ids of its own",
     )  # fmt: skip
+    p.add_argument(
+        "--anonymous-share", type=float, default=0.0, metavar="F",
+        help="about this share of faces send no id at all, only their household's IP",
+    )  # fmt: skip
     p.set_defaults(command=cmd_gen)
 
 
@@ -61,6 +65,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
         heavy_share=args.heavy_share,
         duplicate_share=args.duplicate_share,
         multi_id=args.multi_id,
+        anonymous_share=args.anonymous_share,
     )
     print(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode())
     print(f"wrote {summary.requests} requests to {args.out}", file=sys.stderr)

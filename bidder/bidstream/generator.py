@@ -34,7 +34,7 @@ from bidder.bidstream._diurnal import day_fractions
 from bidder.bidstream._draw import Auction, draw_auction
 from bidder.bidstream._malformed import KINDS as MALFORMED_KINDS
 from bidder.bidstream._malformed import malformed_body
-from bidder.bidstream._render import render
+from bidder.bidstream._render import render, without_ids
 from bidder.bidstream.population import POPULATION, User, population
 from bidder.bidstream.stream import encode_record, write_stream
 from bidder.bidstream.summary import GenSummary, Tally
@@ -61,6 +61,7 @@ def generate(
     heavy_share: float = 0.0,
     duplicate_share: float = DUPLICATE_SHARE,
     multi_id: bool = False,
+    anonymous_share: float = 0.0,
 ) -> GenSummary:
     """Write a ``requests``-line bidstream to ``out`` and describe it.
 
@@ -79,10 +80,16 @@ def generate(
     ``multi_id``: people use 1-3 devices or browsers, each with its own ids
     (``Population.faces``); each auction comes from one of them at random. Off, every
     person has one face and the stream's bytes are those of streams made without it.
+
+    ``anonymous_share``: about that share of faces (a fixed draw per face, so the
+    same ones in every stream) send requests without any id, only their household's
+    IP (``Population``); 0 keeps the bytes of streams made without the option.
     """
     _check_args(requests, seed, mean_rate, day_start)
     _check_heavy(heavy_users, heavy_share)
     _check_duplicate_share(duplicate_share)
+    if not 0.0 <= anonymous_share <= 1.0:
+        raise ValueError(f"anonymous_share must be 0-1 (got {anonymous_share})")
     shares = _boosted(ssp_boost or {})
     rng, np_rng = random.Random(seed), np.random.default_rng(seed)
     plan = _plan(rng, requests, duplicate_share)
@@ -92,7 +99,7 @@ def generate(
     faces = np_rng.random(len(plan)).tolist() if multi_id else [0.0] * len(plan)
     span_s = requests / mean_rate
     tally = Tally()
-    emit = _Emitter(rng, int(day_start.timestamp() * 1000), tally, shares)
+    emit = _Emitter(rng, int(day_start.timestamp() * 1000), tally, shares, anonymous_share)
     events = _events(plan, fractions, list(zip(users, faces, strict=True)), span_s, emit)
     write_stream(out, _in_time_order(events))
     return tally.summary(requests, len(plan), seed, span_s)
@@ -249,8 +256,16 @@ def _events(
 class _Emitter:
     """Turns auction events into encoded lines; holds the run's rng, day and tally."""
 
-    def __init__(self, rng: random.Random, day_ms: int, tally: Tally, shares: _Shares) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        day_ms: int,
+        tally: Tally,
+        shares: _Shares,
+        anonymous_share: float = 0.0,
+    ) -> None:
         self.rng, self.day_ms, self.tally, self.shares = rng, day_ms, tally, shares
+        self.anonymous_share = anonymous_share
         self.day_ds = day_ms // 100
         self.order = 0
         """Lines made so far: a tie-breaker, and ssp-delta's request sequence number."""
@@ -270,6 +285,8 @@ class _Emitter:
         lag = self.rng.randint(1, MAX_DUPLICATE_LAG_MS) if copy else 0
         order = self.order + copy
         doc = render(a, ssp, self.rng, ts + lag, order, self.day_ds, own_floor=copy > 0)
+        if a.user.anonymous_draw < self.anonymous_share:
+            doc = without_ids(doc)
         self.tally.request(a, ssp, doc, t_ms + lag, copy)
         return (t_ms + lag, order, encode_record(t_ms + lag, ts + lag, ssp.name, request=doc))
 

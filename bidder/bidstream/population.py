@@ -25,6 +25,11 @@ as 1-3 *faces*, each a browser or device of their own with its own exchange id, 
 0 is the user as above. Other faces share the person's home IP (one household) and, when
 the person is logged in (has an ``eid``, a hashed login), that eid: the overlap an
 identity graph links them by. The index is the ground truth of who the person is.
+
+Anonymous faces (``User.anonymous_draw``, for streams with an anonymous share): a
+browser that keeps no third-party cookie and sends no login, or an app with ad
+tracking limited and no exchange id: its requests carry no id at all, only the
+household's IP, which every face and member of the household shares.
 """
 
 from __future__ import annotations
@@ -69,6 +74,9 @@ class User:
     """Uniform in [0, 1): which TCF choices this user made (see _privacy)."""
     face: int = 0
     """Which of the person's devices or browsers this is (0 for single-id streams)."""
+    anonymous_draw: float = 1.0
+    """Uniform in [0, 1): a stream with an anonymous share F sends this face's requests
+    without any id when the draw is under F (``generate(..., anonymous_share=F)``)."""
 
 
 class Population:
@@ -152,6 +160,7 @@ class Population:
             eid=_digest(index, b"uid2").hex() if _uniform(index, b"eids") < 0.4 else None,
             consent_draw=_uniform(index, b"consent"),
             face=face,
+            anonymous_draw=_uniform(index, name(b"anonymous")),
         )
 
 

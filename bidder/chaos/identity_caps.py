@@ -11,7 +11,13 @@ bidder capped under. A person is *over cap* for a class when one of its impressi
 came when the person had already had the limit counting; *beyond bids in flight* when
 the impressions already billed at that instant were at the limit too.
 
+Fallback keys (``--fallback``): a stream where some faces send no id at all
+(``gen --anonymous-share``) is replayed twice with the graph on, the class campaigns
+first without a fallback, then with ``fallback: household``: anonymous requests are
+then capped under their household key instead of bid on unchecked.
+
     .venv/bin/python scripts/identity_caps.py          # prints one JSON object
+    .venv/bin/python scripts/identity_caps.py --fallback
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +51,7 @@ from fcap.audit import cap_over_delivery, claims_from_notice_urls
 from fcap.rules import build_subjects
 
 LIMIT = 2
+WORKERS = 2
 _KEY = "identity-caps-notice-key-" + "i" * 32
 _SIGNER = TokenSigner({"k1": _KEY.encode()}, "k1")
 
@@ -57,6 +65,26 @@ class Plan:
     heavy_share: float = 0.5
     graph_people: int = 3_000
     """People in the graph (and in the ground truth the audit maps keys by)."""
+    anonymous_share: float = 0.0
+    """Share of faces that send no id (``generate(..., anonymous_share=)``)."""
+    limit: int = LIMIT
+    """Each class campaign's day cap."""
+
+
+Runs = Mapping[str, tuple[bool, str, tuple[str, ...]]]
+"""Run name -> (identity graph on, the class campaigns' ``cap_policy.fallback``, the
+classes whose campaigns are in the book)."""
+GRAPH_RUNS: Runs = {
+    "graph_off": (False, "none", tuple(CAP_CLASSES)),
+    "graph_on": (True, "none", tuple(CAP_CLASSES)),
+}
+FALLBACK_RUNS: Runs = {
+    "fallback_none": (True, "none", tuple(CAP_CLASSES)),
+    "fallback_household": (True, "household", tuple(CAP_CLASSES)),
+}
+CLASS_RUNS: Runs = {name: (True, "none", (name,)) for name in CAP_CLASSES}
+"""One class campaign alone per replay of the same stream: each class meets the same
+requests and wins, so their reads and over-delivery compare."""
 
 
 def campaign_id(name: str) -> str:
@@ -68,8 +96,8 @@ def campaign_id(name: str) -> str:
 _STRICTEST_FIRST = tuple(reversed(CAP_CLASSES))
 
 
-def class_campaigns() -> list[Campaign]:
-    """One broad banner campaign per cap class, each with a campaign day cap of LIMIT."""
+def class_campaigns(fallback: str = "none", limit: int = LIMIT) -> list[Campaign]:
+    """One broad banner campaign per cap class, each with a campaign day cap of ``limit``."""
     creative = Creative(
         id="mrec", format="banner", markup="<b/>", adomain=("caps.example",), w=300, h=250
     )
@@ -81,32 +109,39 @@ def class_campaigns() -> list[Campaign]:
             base_bid_cpm_micros=5_000_000,
             max_bid_cpm_micros=10_000_000,
             creatives=(creative,),
-            frequency_caps=(FrequencyCap("campaign", "fixed", 86_400, LIMIT),),
-            cap_policy=CapPolicy.of_class(name),
+            frequency_caps=(FrequencyCap("campaign", "fixed", 86_400, limit),),
+            cap_policy=CapPolicy.of_class(name, fallback=fallback),
         )
         for name in CAP_CLASSES
     ]
 
 
-async def measure(stack_of: Any, aws_endpoint: str, workdir: Path, plan: Plan) -> dict[str, Any]:
-    """Both runs' figures; ``stack_of()``: a new private LocalStack context per run."""
+async def measure(
+    stack_of: Any, aws_endpoint: str, workdir: Path, plan: Plan, runs: Runs = GRAPH_RUNS
+) -> dict[str, Any]:
+    """Each run's figures; ``stack_of()``: a new private LocalStack context per run."""
     stream = workdir / "multi.jsonl.gz"
     generate(
         stream, plan.requests, plan.seed, plan.rate,
         heavy_users=plan.heavy_people, heavy_share=plan.heavy_share, multi_id=True,
+        anonymous_share=plan.anonymous_share,
     )  # fmt: skip
-    campaigns = workdir / "campaigns.json"
-    docs = [campaign_to_doc(c) for c in class_campaigns()]
-    campaigns.write_bytes(orjson.dumps({"version": 1, "campaigns": docs}))
     graph = workdir / "graph.json"
     graph.write_bytes(orjson.dumps(truth_graph(plan.graph_people).to_doc()))
     person_of = {key: f"person:{i}" for i in range(plan.graph_people) for key in person_keys(i)}
     figures = {}
-    for name, graph_path in (("graph_off", None), ("graph_on", graph)):
+    for name, (graph_on, fallback, classes) in runs.items():
         with stack_of() as stack:
             run_dir = workdir / name
             run_dir.mkdir()
-            figures[name] = await _run(stack, stream, campaigns, graph_path, run_dir, person_of)
+            campaigns = run_dir / "campaigns.json"
+            book = [c for c in class_campaigns(fallback, plan.limit) if _class_of(c) in classes]
+            docs = [campaign_to_doc(c) for c in book]
+            campaigns.write_bytes(orjson.dumps({"version": 1, "campaigns": docs}))
+            graph_path = graph if graph_on else None
+            figures[name] = await _run(
+                stack, stream, campaigns, graph_path, run_dir, person_of, plan.limit
+            )
     return figures
 
 
@@ -117,11 +152,12 @@ async def _run(
     graph: Path | None,
     workdir: Path,
     person_of: Mapping[str, str],
+    limit: int,
 ) -> dict[str, Any]:
     notices = NoticeRecorder()
     tag = uuid.uuid4().hex[:10]
     settings = chaos_settings(
-        stack, workdir, reconciler=True, workers=2, deadline_ms=50.0,
+        stack, workdir, reconciler=True, workers=WORKERS, deadline_ms=50.0,
         fcap_check_timeout_ms=25.0, public_url=notices.public_url,
         notice_keys=(("k1", _KEY),), campaigns_path=campaigns, identity_graph=graph,
         **{n: f"idcaps-{n.replace('_', '-')}-{tag}" for n in _RESOURCES},
@@ -137,12 +173,19 @@ async def _run(
             name: await metric(bidder.admin_url, "bidsim_fcap_reads_total", {"cap_class": name})
             for name in CAP_CLASSES
         }
+        never_counted = await metric(
+            bidder.admin_url, "bidsim_fcap_never_counted_passes_total", {"cap_class": "loose"}
+        )
         errors = await metric(bidder.admin_url, "bidsim_fcap_store_errors_total", {"op": "check"})
+        fallback_checks = await metric(
+            bidder.admin_url, "bidsim_fcap_fallback_checks_total", {"fallback": "household"}
+        )
     kinesis = aws_client("kinesis", stack.aws_endpoint, settings.aws_region)
     ledger = await asyncio.to_thread(read_ledger, kinesis, settings.spend_stream)
     billed_ms = {int(e.bid_id): e.ts_ms for e in ledger}
     claims = {c.bid_id: c for c in claims_from_notice_urls(notices.tokens(), _SIGNER)}
-    delivered = [_as_person(claims[b], person_of) for b in billed_ms if b in claims]
+    billed = [claims[b] for b in billed_ms if b in claims]
+    delivered = [_as_person(c, person_of) for c in billed]
     return {
         "requests": result.requests,
         "bids": result.auction.bids,
@@ -150,8 +193,11 @@ async def _run(
         "capped": result.nbr_reasons["capped"],
         "check_errors": int(errors),
         "unchecked_wins": result.auction.unchecked_wins,
+        "fallback_checks": int(fallback_checks),
+        "billed_without_user_key": sum(not c.user_key for c in billed),
         "cap_reads": {name: int(n) for name, n in reads.items()},
-        "classes": _per_class(delivered, billed_ms),
+        "loose_passes_never_counted": int(never_counted),
+        "classes": _per_class(delivered, billed_ms, limit),
     }
 
 
@@ -160,14 +206,25 @@ _RESOURCES = ("campaigns_table", "spend_stream", "spend_table", "profiles_table"
 
 def _as_person(claims: NoticeClaims, person_of: Mapping[str, str]) -> NoticeClaims:
     """The claims with the user key replaced by the person's (ground truth), so the
-    audit counts people; a graph cluster key maps through any of its member keys."""
+    audit counts people; a graph cluster key maps through any of its member keys. An
+    impression bid without a user key but with a household key (a face that sent no id)
+    is judged as its household, whether or not the bidder capped it under that key."""
+    if claims.user_key is None and claims.household_key is not None:
+        return dataclasses.replace(claims, user_key=claims.household_key)
     key = claims.user_key or ""
     person = person_of.get(key[2:] if key.startswith("g:") else key)
     return dataclasses.replace(claims, user_key=person or claims.user_key)
 
 
-def _per_class(delivered: Iterable[NoticeClaims], billed_ms: Mapping[int, int]) -> dict[str, Any]:
-    audit = cap_over_delivery(delivered, build_subjects(class_campaigns()), billed_ms=billed_ms)
+def _class_of(campaign: Campaign) -> str:
+    return campaign.cap_policy.cap_class
+
+
+def _per_class(
+    delivered: Iterable[NoticeClaims], billed_ms: Mapping[int, int], limit: int
+) -> dict[str, Any]:
+    subjects = build_subjects(class_campaigns(limit=limit))
+    audit = cap_over_delivery(delivered, subjects, billed_ms=billed_ms)
     out: dict[str, Any] = {}
     for name in CAP_CLASSES:
         above = [a for a in audit.above_cap if a.campaign_id == campaign_id(name)]
@@ -177,5 +234,6 @@ def _per_class(delivered: Iterable[NoticeClaims], billed_ms: Mapping[int, int]) 
                 {a.counter for a in above if a.in_flight is False}
             ),
             "impressions_above_cap": len(above),
+            "most_above_cap_one_person": max(Counter(a.counter for a in above).values(), default=0),
         }
     return out

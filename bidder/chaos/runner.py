@@ -13,6 +13,7 @@ from bidder.chaos.scenarios import (
     master_failover,
     profile_store_down,
     reconciler_stall,
+    region_partition,
     runaway_spend,
     spend_stream_down,
     spend_stream_lag,
@@ -24,6 +25,7 @@ from bidder.chaos.scenarios import (
 _MODULES: tuple[ModuleType, ...] = (
     steady, budget_unreadable, runaway_spend, surge, duplicate_auctions, profile_store_down,
     master_failover, reconciler_stall, spend_stream_down, spend_stream_lag, worker_kill9,
+    region_partition,
 )  # fmt: skip
 SCENARIOS: dict[str, Callable[[ScenarioOptions], ScenarioResult]] = {
     module.NAME: module.run for module in _MODULES

@@ -13,7 +13,13 @@ from typing import Any
 import uvloop
 
 from bidder.bidstream.stream import StreamRecord
-from bidder.chaos.harness import Live, ScenarioOptions, campaign_budgets, chaos_settings
+from bidder.chaos.harness import (
+    CAMPAIGNS,
+    Live,
+    ScenarioOptions,
+    campaign_budgets,
+    chaos_settings,
+)
 from bidder.chaos.ledger import (
     LedgerAudit,
     spend_beyond_budgets,
@@ -65,12 +71,23 @@ async def audit_money(
 ) -> LedgerAudit:
     """Every acknowledged bill in the stream, and the stream's sums in DynamoDB: checked."""
     acknowledged = await acknowledged_bills(live.bidder.admin_url)
+    return await audit_ledger(live.settings, acknowledged, scenario, checks, rogue_nodes, bound_s)
+
+
+async def audit_ledger(
+    settings: Settings,
+    acknowledged: int,
+    scenario: ScenarioResult,
+    checks: Checks,
+    rogue_nodes: Collection[int] = (),
+    bound_s: float = LEDGER_BOUND_S,
+) -> LedgerAudit:
+    """``audit_money`` for ``acknowledged`` bills from any number of bidders sharing
+    ``settings``' spend stream and totals."""
     # First until every acknowledged bill is in the stream, then until the totals agree
     # with the stream as it is then (it is read again: late entries count on both sides).
-    await asyncio.to_thread(wait_for_stream, live.settings, acknowledged, bound_s, rogue_nodes)
-    audit = await asyncio.to_thread(
-        wait_for_totals, live.settings, acknowledged, bound_s, rogue_nodes
-    )
+    await asyncio.to_thread(wait_for_stream, settings, acknowledged, bound_s, rogue_nodes)
+    audit = await asyncio.to_thread(wait_for_totals, settings, acknowledged, bound_s, rogue_nodes)
     scenario.lost_ledger_entries = audit.lost
     scenario.figures.update(audit.figures())
     checks.expect("lost_ledger_entries", audit.lost, "==", 0)
@@ -126,8 +143,11 @@ def run_on_stack(
     return scenario
 
 
-def check_budgets(scenario: ScenarioResult, checks: Checks, audit: LedgerAudit) -> None:
-    """Where a scenario has no bound of its own: no campaign spent beyond its budget."""
-    scenario.overspend_micros = spend_beyond_budgets(audit.entries, campaign_budgets())
+def check_budgets(
+    scenario: ScenarioResult, checks: Checks, audit: LedgerAudit, campaigns: Path = CAMPAIGNS
+) -> None:
+    """Where a scenario has no bound of its own: no campaign of ``campaigns`` spent
+    beyond its budget."""
+    scenario.overspend_micros = spend_beyond_budgets(audit.entries, campaign_budgets(campaigns))
     scenario.overspend_bound_micros = 0
     checks.expect("spend_beyond_daily_budgets_micros", scenario.overspend_micros, "==", 0)

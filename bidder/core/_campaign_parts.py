@@ -15,6 +15,7 @@ import orjson
 
 from bidder.core.campaigns import (
     CAP_CLASSES,
+    CAP_FALLBACKS,
     CAP_SCOPES,
     FIXED_WINDOWS,
     FORMATS,
@@ -144,7 +145,7 @@ def _is_json_object(text: str) -> bool:
 # -------------------------------------------------------------- caps and cap policy
 
 _CAP_FIELDS = ("scope", "window", "limit", "min_gap_s")
-_POLICY_FIELDS = ("class", "count_on", "on_store_error", "impressions")
+_POLICY_FIELDS = ("class", "count_on", "on_store_error", "impressions", "fallback")
 
 
 def frequency_caps(parent: Obj) -> tuple[FrequencyCap, ...]:
@@ -199,12 +200,14 @@ def cap_policy(parent: Obj) -> CapPolicy:
     count_on = o.string("count_on", "", ("win", "bid"))
     on_error = o.string("on_store_error", "", ("open", "closed"))
     impressions = o.string("impressions", "delivered", ("delivered", "viewable"))
+    fallback = o.string("fallback", "none", CAP_FALLBACKS)
     if o.has("class"):
         name = o.string("class", "standard", tuple(CAP_CLASSES))
     else:  # the old flags, with their old defaults
         count_on, on_error = count_on or "win", on_error or "open"
         name = class_of_flags(count_on, on_error)
-    base = CapPolicy.of_class(name if name in CAP_CLASSES else "standard", impressions)
+    fallback = fallback if fallback in CAP_FALLBACKS else "none"
+    base = CapPolicy.of_class(name if name in CAP_CLASSES else "standard", impressions, fallback)
     return replace(
         base,
         count_on=count_on or base.count_on,

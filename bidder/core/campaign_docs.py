@@ -261,6 +261,7 @@ def campaign_to_doc(c: Campaign) -> dict[str, Any]:
             "count_on": c.cap_policy.count_on,
             "on_store_error": c.cap_policy.on_store_error,
             "impressions": c.cap_policy.impressions,
+            "fallback": c.cap_policy.fallback,
         },
         "pacing_curve": c.pacing_curve if isinstance(c.pacing_curve, str) else [*c.pacing_curve],
         "deals": list(c.deals),

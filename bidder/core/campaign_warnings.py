@@ -31,19 +31,33 @@ def _campaign(c: Campaign) -> list[str]:
         named = policy.cap_class not in (CapPolicy().cap_class, mapped)
         return [
             f"cap_policy.{name} is set but the campaign has no frequency_caps"
-            for name in ("count_on", "on_store_error", "impressions")
+            for name in ("count_on", "on_store_error", "impressions", "fallback")
             if getattr(policy, name) != getattr(CapPolicy(), name)
         ] + (["cap_policy.class is set but the campaign has no frequency_caps"] if named else [])
+    warnings = _fallback(c)
     if policy.impressions != "viewable":
-        return []
+        return warnings
     if policy.count_on == "bid":
         return [
+            *warnings,
             "cap_policy.impressions 'viewable' has no effect with count_on 'bid':"
-            " a slot is reserved at bid time, whatever the impression becomes"
+            " a slot is reserved at bid time, whatever the impression becomes",
         ]
     if all(creative.format in NEVER_VIEWABLE for creative in c.creatives):
         return [
+            *warnings,
             "cap_policy.impressions 'viewable' on audio creatives only: audio is never"
-            " viewable, so the caps never count anything"
+            " viewable, so the caps never count anything",
         ]
-    return []
+    return warnings
+
+
+def _fallback(c: Campaign) -> list[str]:
+    """A fallback key stands in for the user key only: household caps already have theirs."""
+    policy = c.cap_policy
+    if policy.fallback == "none" or any(cap.scope != "household" for cap in c.frequency_caps):
+        return []
+    return [
+        f"cap_policy.fallback {policy.fallback!r} has no effect: the campaign has household"
+        " caps only, which never use a user key"
+    ]

@@ -114,6 +114,9 @@ CAP_CLASSES = {
     "strict": CapClass(max_stale_s=0, on_store_error="closed", count_on="bid"),
 }
 """Named cap classes, loosest first."""
+CAP_FALLBACKS = ("none", "household", "ip")
+"""What per-user caps count under when the request has no user key, or the identity
+graph's confidence in it is below its threshold (docs/fcap.md, "Fallback keys")."""
 
 
 def class_of_flags(count_on: str, on_store_error: str) -> str:
@@ -136,9 +139,14 @@ class CapPolicy:
     in the file override its parts."""
     max_stale_s: int = 0
     """From the class: how stale a count the bidder may act on."""
+    fallback: str = "none"
+    """One of ``CAP_FALLBACKS``: 'household' or 'ip' caps a request without a usable user
+    key under that coarser key; 'none' leaves it to ``on_store_error``."""
 
     @classmethod
-    def of_class(cls, name: str, impressions: str = "delivered") -> CapPolicy:
+    def of_class(
+        cls, name: str, impressions: str = "delivered", fallback: str = "none"
+    ) -> CapPolicy:
         parts = CAP_CLASSES[name]
         return cls(
             count_on=parts.count_on,
@@ -146,6 +154,7 @@ class CapPolicy:
             impressions=impressions,
             cap_class=name,
             max_stale_s=parts.max_stale_s,
+            fallback=fallback,
         )
 
 

@@ -211,6 +211,22 @@ def _unpack(body: bytes) -> NoticeClaims:
     )  # fmt: skip
 
 
+def read_claims(token: str) -> NoticeClaims | None:
+    """The claims of a token of this version, unverified (None when it does not parse).
+
+    For reports on a bidder's own answers, like ``read_flags``; the notice path trusts
+    only ``TokenSigner.verify``.
+    """
+    _, dot, blob = token.partition(".")
+    try:
+        raw = _b64decode(blob) if dot and len(token) <= MAX_TOKEN_CHARS else b""
+        if len(raw) < _HEAD.size + TAG_BYTES or raw[0] != VERSION:
+            return None
+        return _unpack(raw[:-TAG_BYTES])
+    except TokenError:
+        return None
+
+
 def read_flags(token: str) -> int:
     """The flags byte of a token of this version, unverified (0 for anything else).
 

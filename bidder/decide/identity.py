@@ -14,6 +14,12 @@ box's ifa when the device is one (it *is* the household screen), else the IP
 address: the IPv4 address as given, or the /64 prefix of an IPv6 address (one
 home network). Keys are capped at ``MAX_KEY_CHARS`` so a hostile id cannot blow
 up Valkey key sizes; they are opaque strings to every consumer.
+
+Fallback keys (``fallback_key``) stand in for the user key of a campaign whose
+``cap_policy.fallback`` asks for one, when the request has no user key (or the
+identity graph is not confident in it): ``household`` is the household key above;
+``ip`` is the network, the IPv4 /24 or the IPv6 /64 (``n:4:<a.b.c.0>``,
+``n:6:<prefix>``), which binds more people than one home, so it is the coarser one.
 """
 
 from __future__ import annotations
@@ -65,6 +71,31 @@ def _household_key(request: BidRequest) -> str | None:
         network = ipaddress.ip_network(f"{address}/64", strict=False)
         return "h:6:" + str(network.network_address)
     return "h:4:" + str(address)
+
+
+def fallback_key(request: BidRequest, kind: str, household_key: str | None) -> str | None:
+    """The key per-user caps count under for fallback ``kind`` ('household' or 'ip'):
+    None when the request has no address to derive it from (or ``kind`` is 'none')."""
+    if kind == "household":
+        return household_key
+    if kind == "ip" and request.ip:
+        return network_key(request.ip)
+    return None
+
+
+def network_key(ip: str) -> str | None:
+    """``n:4:<a.b.c.0>`` for an IPv4 address's /24, ``n:6:<prefix>`` for an IPv6
+    address's /64; None for text that is not an IP address."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is None:
+            network = ipaddress.IPv6Network((address, 64), strict=False)
+            return "n:6:" + str(network.network_address)
+        address = address.ipv4_mapped  # ::ffff:a.b.c.d is an IPv4 client
+    return "n:4:" + str(ipaddress.IPv4Network((address, 24), strict=False).network_address)
 
 
 def _usable_ifa(ifa: str | None) -> str | None:

@@ -3,7 +3,8 @@
 A graph maps a user key (``bidder.decide.identity``: ``b:``, ``i:``, ``e:``, ``x:``
 keys) to a *cluster id* and a confidence in [0, 1]. Caps count per cluster
 (``g:<cluster>``) when the graph knows the key with at least ``min_confidence``;
-otherwise the request keeps its own key, and a caller may apply a coarser one.
+otherwise the request keeps its own key, and a campaign with a fallback policy caps
+a key known with less confidence under a coarser one (``bidder.decide.identity``).
 
 Versions, merges and splits. A graph has a version; the bidder holds one version at a
 time and a new one replaces it whole. Counters live under the cluster key, so:
@@ -47,12 +48,18 @@ class IdentityGraph:
 
     def cap_key(self, user_key: str | None) -> str | None:
         """The key caps count under: the cluster's, when the graph is confident."""
-        if user_key is None:
-            return None
+        return None if user_key is None else self.place(user_key)[0]
+
+    def place(self, user_key: str) -> tuple[str, bool]:
+        """(the key caps count under, whether the graph knows ``user_key`` with less than
+        ``min_confidence``). A key known with too little confidence keeps its own key;
+        a campaign with a fallback policy caps it under the fallback key instead."""
         found = self.ids.get(user_key)
-        if found is None or found[1] < self.min_confidence:
-            return user_key
-        return CLUSTER_PREFIX + found[0]
+        if found is None:
+            return user_key, False
+        if found[1] < self.min_confidence:
+            return user_key, True
+        return CLUSTER_PREFIX + found[0], False
 
     def to_doc(self) -> dict[str, Any]:
         return {"version": self.version, "ids": {k: list(v) for k, v in self.ids.items()}}

@@ -1,9 +1,9 @@
 """Overload protection: how late the event loop runs, and how much work is inside.
 
-Theory of operation. aiohttp (3.14) keeps no arrival time for a request: the
-parser runs in ``data_received`` and the handler starts one or two loop
-iterations later, after whatever else the loop had to do. Bytes that came while
-the loop was blocked waited in the kernel, unseen. So queueing is estimated, not
+Theory of operation. The bid port's server stamps a request when its first bytes
+are read (``bidder.serve.http``), but bytes that came while the loop was blocked
+waited in the kernel, unseen, and the kernel keeps no arrival time a process can read
+cheaply. So queueing is estimated, not
 measured: a heartbeat timer (``run_lag_probe``) asks to fire every few
 milliseconds and records how late it fired. A timer overdue by L means the loop
 did nothing else for about L, so a request handled just after may have waited up

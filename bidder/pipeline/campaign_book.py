@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Sequence
 
 import orjson
 
 from bidder.adapters.campaign_store import CampaignTable
 from bidder.core import metrics
 from bidder.core.campaign_docs import campaigns_from_docs
+from bidder.core.campaigns import Campaign
 from bidder.decide.eligibility import CampaignIndex
 from bidder.pipeline.response import BidTemplate, bid_templates
 from fcap import Subject, build_subjects
@@ -40,6 +42,8 @@ class CampaignBook:
         self.cap_subjects: dict[tuple[str, str], Subject] = {}
         self.feature_columns: dict[tuple[str, str], CreativeColumns] = {}
         self.bid_templates: dict[tuple[str, str], BidTemplate] = {}
+        self.fallback_caps = False
+        """Some subject has a fallback policy: only then does stage 7 derive fallback keys."""
 
     async def refresh(self) -> bool:
         """Reload from the store; True when the index changed. Raises on store errors."""
@@ -47,14 +51,18 @@ class CampaignBook:
         digest = hashlib.sha256(orjson.dumps(docs, option=orjson.OPT_SORT_KEYS)).hexdigest()
         if digest == self._digest:
             return False
-        campaigns = campaigns_from_docs(docs)
+        self.install(campaigns_from_docs(docs))
+        self._digest = digest
+        return True
+
+    def install(self, campaigns: Sequence[Campaign]) -> None:
+        """Swap in these campaigns, everything computed from them at once."""
         index, subjects = CampaignIndex(campaigns), build_subjects(campaigns)
         columns, templates = creative_table(campaigns), bid_templates(campaigns)
         self.index, self.cap_subjects = index, subjects
+        self.fallback_caps = any(s.fallback != "none" for s in subjects.values())
         self.feature_columns, self.bid_templates = columns, templates
-        self._digest = digest
         metrics.CAMPAIGNS_ACTIVE.set(len(self.index))  # the index holds the active ones
-        return True
 
     async def keep_fresh(self, interval_s: float) -> None:
         """Refresh forever; errors are counted and logged, the last good index stays."""

@@ -180,10 +180,20 @@ def build_response(
     now_ms = urls.now_ms()
     user_texts = pack_texts(ctx.user_key or "", ctx.household_key or "")
     unchecked = ctx.caps_unchecked
-    bids = [
-        _bid(next_bid_id(), option, urls, user_texts, now_ms, _flags(option, unchecked))
-        for option in winners(ctx.priced, ctx.request.imps)
-    ]
+    options = winners(ctx.priced, ctx.request.imps)
+    fallback = ctx.fallback_keys
+    if fallback:
+        house = ctx.household_key or ""
+        texts = [_fallback_texts(fallback, option, user_texts, house) for option in options]
+        bids = [
+            _bid(next_bid_id(), option, urls, text, now_ms, _flags(option, unchecked))
+            for option, text in zip(options, texts, strict=True)
+        ]
+    else:
+        bids = [
+            _bid(next_bid_id(), option, urls, user_texts, now_ms, _flags(option, unchecked))
+            for option in options
+        ]
     return b"".join(
         (
             b'{"id":',
@@ -195,6 +205,16 @@ def build_response(
             b"]}]}",
         )
     )
+
+
+def _fallback_texts(
+    fallback: dict[tuple[str, str], str], option: PricedCandidate, user_texts: bytes, house: str
+) -> bytes:
+    """The user texts of a bid whose caps were checked under a fallback key: the token
+    carries that key as the user key, so its win counts where the check read."""
+    candidate = option.candidate
+    key = fallback.get((candidate.campaign.id, candidate.creative.id))
+    return user_texts if key is None else pack_texts(key, house)
 
 
 def _flags(option: PricedCandidate, unchecked: frozenset[tuple[str, str]]) -> int:

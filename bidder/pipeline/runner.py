@@ -22,13 +22,14 @@ both are CLOCK_MONOTONIC (asyncio's default loop and uvloop alike).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import Candidate
 from bidder.openrtb.view import BidRequest
+from bidder.pipeline.campaign_trace import CampaignTrace
 from bidder.pipeline.stage_times import StageTimes
 
 StageResult = NoBid | None
@@ -53,6 +54,12 @@ class Context:
     user_key: str | None = None
     """Stage 5's one key for this person (``bidder.decide.identity``); None when anonymous."""
     household_key: str | None = None
+    low_confidence: bool = False
+    """The identity graph knows ``user_key`` with less than its confidence threshold."""
+    fallback_keys: dict[tuple[str, str], str] | None = None
+    """(campaign id, creative id) -> the fallback key its user caps were checked under
+    (``cap_policy.fallback``); the bid's notice token carries it as the user key, so
+    the win counts under the same key. None when no candidate used one."""
     caps_unchecked: frozenset[tuple[str, str]] = frozenset()
     """(campaign id, creative id) of candidates that passed stage 7 without a cap check
     (fail-open); their bids carry the unchecked mark."""
@@ -65,6 +72,8 @@ class Context:
     """Called once with the bids sent (none on a no-bid), e.g. to release fcap slots."""
     times: StageTimes | None = None
     """Per-stage times, when the request asked for them (``stage_times``)."""
+    trace: CampaignTrace | None = None
+    """What was decided per campaign, when the request asked (``campaign_trace``)."""
 
     def finish(self, bids: Sequence[PricedCandidate]) -> None:
         for finisher in self.finishers:
@@ -78,12 +87,15 @@ class Stage(Protocol):
     def __call__(self, ctx: Context, deadline: float) -> StageResult | Awaitable[StageResult]: ...
 
 
-async def run_stages(stages: Sequence[Stage], ctx: Context, deadline: float) -> NoBid | None:
+def run_stages(
+    stages: Sequence[Stage], ctx: Context, deadline: float
+) -> StageResult | Coroutine[Any, Any, StageResult]:
     """Run stages in order; the first no-bid reason ends the run.
 
-    The first stage that returns an awaitable arms the one deadline timer of the
-    request; the stages after it run under it too. Raises TimeoutError when a stage is
-    still awaiting at ``deadline``.
+    When every stage is pure the answer comes back at once (no task, no timer). The
+    first stage that returns an awaitable makes the result a coroutine, which arms the
+    one deadline timer of the request around it and the stages after it, and raises
+    TimeoutError when a stage is still awaiting at ``deadline``.
     """
     for n, stage in enumerate(stages):
         result = stage(ctx, deadline)
@@ -95,9 +107,15 @@ async def run_stages(stages: Sequence[Stage], ctx: Context, deadline: float) -> 
             if ctx.times is not None:
                 ctx.times.mark(type(stage).__name__)
             return result
-        async with asyncio.timeout_at(deadline):
-            return await _run_rest(result, stages[n:], ctx, deadline)
+        return _run_rest_in_time(result, stages[n:], ctx, deadline)
     return None
+
+
+async def _run_rest_in_time(
+    first: Awaitable[StageResult], stages: Sequence[Stage], ctx: Context, deadline: float
+) -> StageResult:
+    async with asyncio.timeout_at(deadline):
+        return await _run_rest(first, stages, ctx, deadline)
 
 
 async def _run_rest(

@@ -14,10 +14,13 @@ from bidder.decide.identity import identify
 from bidder.decide.identity_graph import IdentityGraph
 from bidder.decide.profile_cache import ProfileCache
 from bidder.pipeline.campaign_book import CampaignBook
+from bidder.pipeline.campaign_trace import capped_campaigns
+from bidder.pipeline.cap_keys import cap_groups
 from bidder.pipeline.runner import Context, PricedCandidate, StageResult
 from bidder.supply.files import SupplyCache
 from bidder.supply.schain import apply_policy, verify
 from fcap import FrequencyCapper, Subject, Verdict
+from fcap.metrics import FALLBACK_CHECKS
 from models.scorer import ScoringError
 from models.serving import Pricer
 from pacing import NodePacer
@@ -47,6 +50,8 @@ class EligibilityStage:
         if isinstance(result, NoBid):
             return result
         ctx.candidates = result
+        if ctx.trace is not None:
+            ctx.trace.keep_eligible(result)
         return None
 
 
@@ -90,7 +95,7 @@ class ProfileStage:
         found = self._cache.lookup(ctx.user_key)
         ctx.profile = found.profile
         if self._graph is not None:  # caps (and the notice token) count the person
-            ctx.user_key = self._graph.cap_key(ctx.user_key)
+            ctx.user_key, ctx.low_confidence = self._graph.place(ctx.user_key)
         return NoBid.PROFILE_MISS if self._miss_nobid and not found.hit else None
 
 
@@ -160,18 +165,51 @@ class FcapStage:
         self, ctx: Context, pairs: list[tuple[Candidate, Subject]], deadline: float
     ) -> NoBid | None:
         unique = list(dict.fromkeys(subject for _, subject in pairs))
-        verdict = await self._capper.check(
-            unique, ctx.user_key, ctx.household_key, self._clock.wall_ms(), deadline
-        )
+        if self._book.fallback_caps and (ctx.user_key is None or ctx.low_confidence):
+            verdict = await self._check_with_fallback(ctx, unique, deadline)
+        else:
+            verdict = await self._capper.check(
+                unique, ctx.user_key, ctx.household_key, self._clock.wall_ms(), deadline
+            )
         if verdict.reservations:
             ctx.finishers.append(lambda bids: self._release_unbid(verdict, bids))
+        if verdict.on_count_cache:
+            ctx.finishers.append(lambda bids: self._bid_on_count_cache(verdict, bids))
         if verdict.unchecked:
             unchecked = verdict.unchecked
             ctx.caps_unchecked = frozenset((s.campaign_id, s.creative_id) for s in unchecked)
         ctx.candidates = [c for c, subject in pairs if verdict.allows(subject)]
+        if ctx.trace is not None:
+            over = (c.campaign.id for c, subject in pairs if subject in verdict.capped)
+            allowed = (c.campaign.id for c in ctx.candidates)
+            ctx.trace.capped = capped_campaigns(over, allowed)
         if ctx.candidates:
             return None
         return NoBid.CAPPED if verdict.capped else NoBid.FCAP_UNAVAILABLE
+
+    async def _check_with_fallback(
+        self, ctx: Context, subjects: list[Subject], deadline: float
+    ) -> Verdict:
+        """Campaigns with a fallback policy check (and their bids count) their user caps
+        under the fallback key; without consent to personalize no key of any kind is
+        formed, so none is derived here either."""
+        if not ctx.personalize:
+            return await self._capper.check(subjects, None, None, self._clock.wall_ms(), deadline)
+        groups, used = cap_groups(subjects, ctx.user_key, ctx.household_key, ctx.request)
+        if used:
+            ctx.fallback_keys = used
+            for subject in subjects:
+                if (subject.campaign_id, subject.creative_id) in used:
+                    FALLBACK_CHECKS[subject.fallback].inc()
+        return await self._capper.check_keyed(
+            groups, ctx.household_key, self._clock.wall_ms(), deadline
+        )
+
+    def _bid_on_count_cache(self, verdict: Verdict, bids: Sequence[PricedCandidate]) -> None:
+        bid = {(b.candidate.campaign.id, b.candidate.creative.id) for b in bids}
+        for subject, key in verdict.on_count_cache.items():
+            if (subject.campaign_id, subject.creative_id) in bid:
+                self._capper.bid_on(key)
 
     def _release_unbid(self, verdict: Verdict, bids: Sequence[PricedCandidate]) -> None:
         bid = {(b.candidate.campaign.id, b.candidate.creative.id) for b in bids}
@@ -192,9 +230,14 @@ class ScoreStage:
 
     def __call__(self, ctx: Context, deadline: float) -> NoBid | None:
         columns = self._book.feature_columns
+        unshaded: list[tuple[Candidate, int]] | None = None if ctx.trace is None else []
         try:
-            priced = self._pricer.price(ctx.request, ctx.ssp, ctx.profile, ctx.candidates, columns)
+            priced = self._pricer.price(
+                ctx.request, ctx.ssp, ctx.profile, ctx.candidates, columns, unshaded
+            )
         except ScoringError:
             return NoBid.SCORE_ERROR
+        if ctx.trace is not None and unshaded is not None:
+            ctx.trace.keep_unshaded(unshaded)
         ctx.priced.extend(PricedCandidate(candidate, price) for candidate, price in priced)
         return None if ctx.priced else NoBid.FLOOR

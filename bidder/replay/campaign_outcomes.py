@@ -9,13 +9,13 @@ Where each figure comes from (``SOURCES``, also written into the JSON report):
   (``--campaigns``); the target is the budget's share, along the campaign's curve,
   of the simulated hours the measured requests span (their ``ts``). A stream
   compresses a day into minutes while the bidder paces on its own clock, so spend
-  against this target reads as "how the day's shape was followed", not as pacing error.
-
-Two figures the replay cannot see per campaign are reported as null, not guessed:
-average shading (a bid carries its shaded price only, not the value it was shaded
-from) and capped no-bids (a 204 names one reason for the whole request, and the
-bidder's ``/metrics`` count no-bids by reason, not by campaign). The request-level
-``capped`` count is in the report's no-bid reasons.
+  against this target reads as "how the day's shape was followed", not as pacing error;
+- requests eligible, capped no-bids and average shading: the bidder's
+  ``X-Campaign-Trace`` answer header (``bidder.pipeline.campaign_trace``), which the
+  replay asks for on every request unless told not to. They are null when no answer
+  carried it (the replay did not ask, or the bidder at ``--target`` does not answer it);
+- impressions over a cap: the audit of the won bids' notice tokens against the
+  campaign file's caps (``over_cap``).
 
 Counts are of the measured requests only, like the totals they add up to.
 """
@@ -29,6 +29,8 @@ from typing import Any
 from bidder.bidstream.auction import Settlement
 from bidder.core.campaigns import Campaign
 from bidder.core.ledger import cost_of
+from bidder.pipeline.campaign_trace import TraceFigures
+from bidder.replay.over_cap import OverCapTally
 from pacing.curves import BUILTIN, DAY_S, HOUR_S, Curve, CurveError, day_of, resolve_curve
 
 NO_CID = "(no cid)"
@@ -39,8 +41,14 @@ SOURCES = {
     "wins_spend_ecpm": "replay exchange model (auction on every answer)",
     "budget_target": "campaign file (--campaigns): daily budget along its pacing curve"
     " over the simulated hours of the measured requests",
-    "avg_shading": "not reported: a bid carries no unshaded value",
-    "capped_no_bids": "not reported per campaign: a 204 names one reason per request",
+    "requests_eligible": "bidder answers (X-Campaign-Trace: campaigns its eligibility stage"
+    " kept for the request)",
+    "capped_no_bids": "bidder answers (X-Campaign-Trace: campaigns every candidate of which"
+    " was over a frequency cap)",
+    "avg_shading": "bidder answers (X-Campaign-Trace: bid price / the campaign's unshaded"
+    " price, averaged over its bids; 1 is unshaded)",
+    "over_cap": "audit of the won bids' notice tokens against the campaign file's caps"
+    " (null: not audited)",
 }
 
 
@@ -78,6 +86,10 @@ class CampaignOutcome:
     spend_micros: int = 0
     spend_by_hour: list[int] = field(default_factory=lambda: [0] * 24)
     """Spend by simulated hour of day (the won request's ``ts``)."""
+    eligible: int = 0
+    capped: int = 0
+    shading_sum: float = 0.0
+    shaded_bids: int = 0
 
     @property
     def win_rate(self) -> float:
@@ -96,6 +108,9 @@ class CampaignOutcomes:
     first_ts: int | None = None
     last_ts: int | None = None
     """The measured requests' simulated time span (ms)."""
+    traced: int = 0
+    """Measured answers that carried the bidder's campaign trace."""
+    over_cap: OverCapTally = field(default_factory=OverCapTally)
 
     def see(self, ts: int) -> None:
         """A measured request's simulated instant: widens the span targets cover."""
@@ -118,6 +133,18 @@ class CampaignOutcomes:
             outcome.spend_micros += win.spend_micros
             outcome.spend_by_hour[hour] += win.spend_micros
 
+    def note_trace(self, trace: TraceFigures) -> None:
+        """A measured answer's ``X-Campaign-Trace``, read back."""
+        self.traced += 1
+        for cid in trace.eligible:
+            self._outcome(cid).eligible += 1
+        for cid in trace.capped:
+            self._outcome(cid).capped += 1
+        for cid, ratio in trace.shading:
+            outcome = self._outcome(cid)
+            outcome.shading_sum += ratio
+            outcome.shaded_bids += 1
+
     def _outcome(self, cid: str) -> CampaignOutcome:
         key = cid or NO_CID
         found = self.by_campaign.get(key)
@@ -126,7 +153,7 @@ class CampaignOutcomes:
         return found
 
     def names(self) -> list[str]:
-        """Every campaign with a budget or a bid, sorted."""
+        """Every campaign with a budget, a bid or an eligible request, sorted."""
         return sorted(set(self.budgets) | set(self.by_campaign))
 
     def target_by_hour(self, curve: Curve, budget_micros: int) -> list[float] | None:
@@ -147,10 +174,13 @@ class CampaignOutcomes:
 
 def outcomes_json(outcomes: CampaignOutcomes) -> dict[str, Any]:
     """``{campaign id: figures}``; every key present, null where a figure is unknown."""
-    return {name: _campaign_json(outcomes, name) for name in outcomes.names()}
+    over_cap = outcomes.over_cap.by_campaign()
+    return {name: _campaign_json(outcomes, name, over_cap) for name in outcomes.names()}
 
 
-def _campaign_json(outcomes: CampaignOutcomes, name: str) -> dict[str, Any]:
+def _campaign_json(
+    outcomes: CampaignOutcomes, name: str, over_cap: Mapping[str, int]
+) -> dict[str, Any]:
     o = outcomes.by_campaign.get(name) or CampaignOutcome()
     budget = outcomes.budgets.get(name)
     target = None
@@ -173,8 +203,18 @@ def _campaign_json(outcomes: CampaignOutcomes, name: str) -> dict[str, Any]:
         "spend_vs_target": _ratio(o.spend_micros, target_total) if target_total else None,
         "spend_by_hour": list(o.spend_by_hour),
         "target_by_hour": [round(t) for t in target] if target is not None else None,
-        "avg_shading": None,
-        "capped_no_bids": None,
+        **_traced(outcomes.traced, o),
+        "over_cap": over_cap.get(name),
+    }
+
+
+def _traced(traced: int, o: CampaignOutcome) -> dict[str, Any]:
+    """The figures of the bidder's campaign trace; null when no answer carried it."""
+    shading = round(o.shading_sum / o.shaded_bids, 6) if o.shaded_bids else None
+    return {
+        "requests_eligible": o.eligible if traced else None,
+        "capped_no_bids": o.capped if traced else None,
+        "avg_shading": shading if traced else None,
     }
 
 
@@ -182,7 +222,7 @@ def _ratio(part: float, whole: float | None) -> float | None:
     return round(part / whole, 9) if whole else None
 
 
-def render_campaigns(campaigns: Mapping[str, Mapping[str, Any]], capped_requests: int) -> str:
+def render_campaigns(campaigns: Mapping[str, Mapping[str, Any]]) -> str:
     """The terminal section, from the JSON figures (``outcomes_json``)."""
     width = max([len("per campaign"), *map(len, campaigns)]) + 2
     lines = [
@@ -198,11 +238,30 @@ def render_campaigns(campaigns: Mapping[str, Mapping[str, Any]], capped_requests
     lines.append(
         "  bids: the answers; wins, spend, eCPM: the exchange model; budget and target: --campaigns"
     )
+    lines.append("")
     lines.append(
-        f"  shading and capped no-bids: not reported per campaign"
-        f" ({capped_requests:,} requests answered 'capped')"
+        f"{'per campaign':<{width}}{'eligible':>9}  {'bids':>8}  {'capped':>7}"
+        f"  {'shading':>7}  {'over cap':>8}"
+    )
+    for name, c in campaigns.items():
+        lines.append(
+            f"  {name:<{width - 2}}{_count(c['requests_eligible']):>9}  {c['bids']:>8,}"
+            f"  {_count(c['capped_no_bids']):>7}  {_ratio_text(c['avg_shading']):>7}"
+            f"  {_count(c['over_cap']):>8}"
+        )
+    lines.append(
+        "  eligible, capped (no bid: every candidate over a cap), shading (bid / unshaded):"
+        " the bidder's X-Campaign-Trace; over cap: the won bids' tokens against the caps"
     )
     return "\n".join(lines)
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _ratio_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def _pct(value: float | None) -> str:

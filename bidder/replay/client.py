@@ -39,7 +39,7 @@ __all__ = [
     "split_url",
 ]
 
-DEFAULT_HEADERS = ("x-nbr-reason", "x-nbr", "x-dedup-held", "x-stage-times")
+DEFAULT_HEADERS = ("x-nbr-reason", "x-nbr", "x-dedup-held", "x-stage-times", "x-campaign-trace")
 
 
 class RequestTemplate:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ import orjson
 import uvloop
 
 from bidder.bidstream.stream import StreamRecord, read_stream
+from bidder.core.campaigns import Campaign
 from bidder.replay.campaign_outcomes import Budget, budgets_of
 from bidder.replay.pacing_figures import (
     OfflineSettings,
@@ -40,10 +42,17 @@ from bidder.replay.stream_clock import (
     target_problem,
 )
 from bidder.replay.throttle import ThrottleRule
-from bidder.serve.cli_options import add_bidder_options, local_stack, on_stack, settings_from_args
+from bidder.serve.cli_options import (
+    add_bidder_options,
+    local_regions,
+    local_stack,
+    on_stack,
+    settings_from_args,
+)
 from bidder.serve.server import campaigns_of, running_bidder
 from bidder.serve.settings import Settings
 from bidder.stack.child import free_port, held_port
+from fcap.rules import build_subjects
 from pacing.config_file import load_pacing_file, settings_in_force, settings_line
 from pacing.curves import BUILTIN, load_curve_dir
 
@@ -99,6 +108,10 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
         "--stage-times", type=float, default=1.0, metavar="SHARE",
         help="share of requests that ask the bidder for its stage times (0-1; default all)",
     )  # fmt: skip
+    p.add_argument(
+        "--no-campaign-trace", action="store_true",
+        help="don't ask the bidder what it decided per campaign (eligible, capped, shading)",
+    )  # fmt: skip
     add_bidder_options(p)
     p.set_defaults(command=cmd_replay)
 
@@ -106,6 +119,7 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
 def cmd_replay(args: argparse.Namespace) -> int:
     check_out_dirs(args.json, args.html)
     settings = settings_from_args(args, 0, 0)
+    campaigns = _campaigns(settings)
     options = ReplayOptions(
         speed=args.speed,
         rate=args.rate,
@@ -117,9 +131,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         reorder_notices=args.reorder_notices,
         notice_window_ms=args.notice_window_ms,
         path_policy=settings.path_policy,
-        budgets=_budgets(settings),
+        budgets=_budgets(settings, campaigns),
         throttle=None if args.no_throttle else ThrottleRule(threshold=args.throttle_threshold),
         stage_times=args.stage_times,
+        campaign_trace=not args.no_campaign_trace,
+        cap_subjects=build_subjects(campaigns),
     )
     calibrated = read_calibration_report(args.supply_from) if args.supply_from else None
     calibration = calibrated["campaigns"] if calibrated else None
@@ -146,6 +162,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         report["pacing_day_shed"] = {
             "live": shed_share(report), "calibration": shed_share(calibrated or {})
         }  # fmt: skip
+        report["pacing_day_settings"] = {**dataclasses.asdict(offline), "speed": clock.speed}
     print_report(result, report, args.json, args.html)
     return 0
 
@@ -224,8 +241,8 @@ def _replay_embedded(
     start_at_ms = time.time_ns() // 1_000_000 + round(args.lead_s * 1000)
     if clock is not None:
         settings = on_clock(settings, clock, start_at_ms)
-    with local_stack(args, settings) as stack:
-        settings = on_stack(settings, stack)
+    with local_stack(args, settings) as stack, local_regions(args, settings) as regional:
+        settings = on_stack(regional, stack)
 
         async def run() -> ReplayResult:
             async with running_bidder(settings) as bidder:
@@ -258,16 +275,23 @@ def check_out_dirs(*outs: Path | None) -> None:
             raise ValueError(f"no such directory for the report: {out.parent}")
 
 
-def _budgets(settings: Settings) -> dict[str, Budget]:
-    """The campaign file's budgets (scaled) and curves: what spend is measured against."""
+def _campaigns(settings: Settings) -> list[Campaign]:
+    """The campaign file's campaigns (budgets scaled); none without a file."""
     if settings.campaigns_path is None:
+        return []
+    return campaigns_of(settings.campaigns_path, settings)
+
+
+def _budgets(settings: Settings, campaigns: list[Campaign]) -> dict[str, Budget]:
+    """The campaigns' budgets and curves: what spend is measured against."""
+    if not campaigns:
         return {}
     named = dict(BUILTIN)
     if settings.pacing_curves is not None:
         named.update(load_curve_dir(settings.pacing_curves))
     if settings.pacing_config is not None:
         named.update(load_pacing_file(settings.pacing_config).curves())
-    return budgets_of(campaigns_of(settings.campaigns_path, settings), named)
+    return budgets_of(campaigns, named)
 
 
 def print_report(

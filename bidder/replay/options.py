@@ -15,6 +15,7 @@ from bidder.replay.schedule import Pacing
 from bidder.replay.throttle import ThrottleRule
 from bidder.replay.viewability import DEFAULT_RATES
 from bidder.supply.path import DEFAULT_POLICY, PathPolicy
+from fcap.rules import Subject
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,11 @@ class ReplayOptions:
     """Share of wins per format that become viewable (``viewability``)."""
     stage_times: float = 0.0
     """Share (0-1) of requests that ask the bidder for its stage times (``slowest``)."""
+    campaign_trace: bool = False
+    """Every request asks the bidder what it decided per campaign (``campaign_outcomes``)."""
+    cap_subjects: Mapping[tuple[str, str], Subject] = field(default_factory=dict)
+    """The campaign file's cap subjects: the won impressions are audited against them
+    (``over_cap``); empty: no audit."""
 
     def __post_init__(self) -> None:
         positive = (

@@ -10,13 +10,14 @@ curve, the bidder's nodes, the reconciler's simulated tick, chunk and breaker wi
 and the supply the campaign met. Supply is what the campaign would spend at pacing
 rate 1, hour by hour: the replay cannot see it while pacing throttles, so it comes from
 a replay of the same stream and the same campaigns with budgets too large to bind
-(``--supply-from REPORT``; with other campaigns bidding too, a campaign wins less). Its spend per hour is the supply curve, its total over the
-budget the supply ratio; a campaign whose ratio is at least ``BINDS_AT`` has a budget
-that binds. The win price of the simulator's market is centred on the calibration's
-eCPM, and its nodes bid only while their lease covers one impression at the campaign's
-maximum bid, as live nodes do. The offline figures are the mean of ``seeds`` simulated
-days, with their range (``offline_range``): at a few impressions an hour, one day's
-figures are noise. ``limits`` names what bounds both sides.
+(``--supply-from REPORT``; with other campaigns bidding too, a campaign wins less).
+Its spend per hour is the supply curve, its total over the budget the supply ratio; a
+campaign whose ratio is at least ``BINDS_AT`` has a budget that binds. The win price of
+the simulator's market is centred on that report's eCPM, and its nodes bid only while
+their lease account covers one impression at the campaign's maximum bid, as live nodes
+do, a win's notice debiting any node's account. The offline figures are the mean of
+``seeds`` simulated days, with their range (``offline_range``): at a few impressions an
+hour, one day's figures are noise. ``limits`` names what bounds both sides.
 """
 
 from __future__ import annotations

@@ -44,12 +44,15 @@ from tqdm import tqdm
 from bidder.bidstream.auction import settle
 from bidder.bidstream.stream import StreamRecord
 from bidder.core.tasks import TaskSet
+from bidder.pipeline.campaign_trace import HEADER as CAMPAIGN_TRACE
+from bidder.pipeline.campaign_trace import parse_header as parse_trace
 from bidder.pipeline.stage_times import HEADER as STAGE_TIMES
 from bidder.replay._duplicates import DuplicateTally
 from bidder.replay.campaign_outcomes import CampaignOutcomes
 from bidder.replay.client import HttpPool, RequestTemplate, Response, TransportError, split_url
 from bidder.replay.notices import NoticeSender
 from bidder.replay.options import ReplayOptions
+from bidder.replay.over_cap import OverCapTally
 from bidder.replay.report import ReplayResult, record_latency
 from bidder.replay.schedule import Scheduled, schedule
 from bidder.replay.slowest import asks_for_times
@@ -60,6 +63,7 @@ __all__ = ["DEFAULT_PATH", "ReplayOptions", "ReplayResult", "replay"]
 
 DEFAULT_PATH = "/openrtb2/bid"
 _STAGE_TIMES_KEY = STAGE_TIMES.lower()  # the client's answer headers are lower-cased
+_CAMPAIGN_TRACE_KEY = CAMPAIGN_TRACE.lower()
 LATE_SEND_NS = 1_000_000
 _EARLY_NS = 1_000_000  # one loop-timer tick: how early a due request may go out
 _MAX_UNYIELDED_SENDS = 16  # when behind schedule: sends between yields to the loop
@@ -102,7 +106,9 @@ class _Replay:
         self.result = ReplayResult(
             deadline_ms=options.deadline_ms,
             duplicates=DuplicateTally(options.path_policy),
-            campaigns=CampaignOutcomes(dict(options.budgets)),
+            campaigns=CampaignOutcomes(
+                dict(options.budgets), over_cap=OverCapTally(options.cap_subjects)
+            ),
             warmup_s=options.warmup_s,
         )
         self._notices = NoticeSender(options, self.result.auction, self.result.views)
@@ -177,6 +183,8 @@ class _Replay:
             headers = {"Content-Type": "application/json", "X-Openrtb-Version": "2.6", "X-Ssp": ssp}
             if timed:
                 headers[STAGE_TIMES] = "1"
+            if self._options.campaign_trace:
+                headers[CAMPAIGN_TRACE] = "1"
             template = self._templates[ssp, timed] = RequestTemplate(
                 "POST", self._host, self._path, headers
             )
@@ -242,6 +250,9 @@ class _Replay:
         result.ssp(ssp).count_answer(status, reason, corrected_ns // 1000)
         held = "x-dedup-held" in response.headers
         result.count_copy(ssp, record.body, status, reason, corrected_ns // 1000, held)
+        trace = response.headers.get(_CAMPAIGN_TRACE_KEY)
+        if trace is not None:
+            result.campaigns.note_trace(parse_trace(trace))
         times = response.headers.get(_STAGE_TIMES_KEY)
         if times is not None:
             outcome = "bid" if status == 200 else reason or str(status)
@@ -260,6 +271,7 @@ class _Replay:
         if measured:
             self.result.auction.count(settlement)
             self.result.campaigns.count(settlement, record.ts)
+        self.result.campaigns.over_cap.deliver(settlement.wins, measured)
         if self._options.notices and settlement.wins:
             formats = imp_formats(record.body)
             for win in settlement.wins:

@@ -237,6 +237,7 @@ def to_json(result: ReplayResult) -> dict[str, Any]:
         "duplicate_auctions": result.duplicates.summary().to_dict(),
         "campaigns": outcomes_json(result.campaigns),
         "campaign_sources": SOURCES,
+        "campaign_traced_answers": result.campaigns.traced,
         "timeline": timeline_json(result.timeline, result.warmup_s),
         "pushback": pushback_json(result.pushback, result.requests, result.auction.spend_micros),
         "viewability": view_json(result.views),
@@ -272,7 +273,7 @@ def render_table(result: ReplayResult) -> str:
         _auction(result),
         render_views(result.views),
         render_pushback(result.pushback, result.requests, result.auction.spend_micros),
-        render_campaigns(outcomes_json(result.campaigns), result.nbr_reasons["capped"]),
+        render_campaigns(outcomes_json(result.campaigns)),
         _duplicate_auctions(result),
         render_slowest(result.slowest),
     ]

@@ -1,2 +1,3 @@
-"""Serving: the aiohttp handlers, the assembly of a worker's state, the worker and its
-pool, the supervisor, the admin port, settings and their command-line options."""
+"""Serving: the bid port (its HTTP server and handlers), the assembly of a worker's
+state, the worker and its pool, the supervisor, the admin port, settings and their
+command-line options."""

@@ -59,14 +59,16 @@ from bidder.serve._loads import (
     supply_cache,
 )
 from bidder.serve.app import BidderState, Closer, Job
+from bidder.serve.region_settings import RegionConfig
 from bidder.serve.settings import Settings
 from bidder.supply.files import SupplyCache
 from bidder.winloop.billing import Biller, ImpressionSink
 from bidder.winloop.deferred import EXACT_REPLAY_ALLOWANCE_MS, DeferredJournal
 from bidder.winloop.notices import MAX_SKEW_MS
 from bidder.winloop.spend_stream import SpendProducer
-from fcap import FcapStore, FrequencyCapper, NegativeCache
+from fcap import CountCache, FcapStore, FrequencyCapper, NegativeCache
 from fcap import connect as fcap_connect
+from fcap.regional import RegionalFcapStore
 from ids.bid_ids import bid_id_source
 from ids.snowflake import Snowflake
 from ids.worker_lease import WorkerLease
@@ -131,6 +133,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         partial(win.journal.run, win.biller.replay),
         partial(run_refresher, pacer, lease_reader, clock, refresh_s),
         *_refreshers(settings, inputs),
+        partial(stores.capper.keep_counted_fresh, clock),
         partial(run_flusher, settings.metrics_flush_s),
     ]
     state.closers += [
@@ -181,7 +184,10 @@ class _Stores:
     capper: FrequencyCapper
 
     def closers(self) -> list[Closer]:
-        closers: list[Closer] = [self.valkey.aclose, self.capper.store.client.aclose]
+        store = self.capper.store
+        closers: list[Closer] = [self.valkey.aclose, store.client.aclose]
+        if isinstance(store, RegionalFcapStore):
+            closers += [c.aclose for c in store.clients.values() if c is not store.client]
         if self.pipelined is not None:
             closers.append(self.pipelined.aclose)
         return closers
@@ -283,19 +289,34 @@ async def _pipelined(settings: Settings, url: str) -> PipelinedConnection | None
 async def _capper(
     settings: Settings, url: str, pipelined: PipelinedConnection | None
 ) -> FrequencyCapper:
-    store = FcapStore(
-        fcap_connect(
-            url, cluster=settings.valkey_cluster, replica_reads=settings.fcap_replica_reads
-        ),
-        pipelined=pipelined,
-        check_timeout_s=settings.fcap_check_timeout_ms / 1000,
+    store = (
+        FcapStore(
+            fcap_connect(
+                url, cluster=settings.valkey_cluster, replica_reads=settings.fcap_replica_reads
+            ),
+            pipelined=pipelined,
+            check_timeout_s=settings.fcap_check_timeout_ms / 1000,
+        )
+        if settings.region is None
+        else _regional_store(settings, settings.region)
     )
     try:
         await store.start(timeout_s=_FCAP_START_TIMEOUT_S)
     except Exception as exc:  # Valkey down at start: serve, the cap policy decides per bid
         log.warning("frequency-cap scripts not loaded yet (loaded on first use): %s", exc)
     entries = settings.fcap_cache_entries
-    return FrequencyCapper(store, NegativeCache(entries), fresh=NegativeCache(entries))
+    return FrequencyCapper(
+        store, NegativeCache(entries), fresh=CountCache(entries), workers=settings.workers
+    )
+
+
+def _regional_store(settings: Settings, region: RegionConfig) -> RegionalFcapStore:
+    """``--region``: counters in the region's own store, merged with the others'."""
+    clients = {name: fcap_connect(url) for name, url in region.stores}
+    check_timeout_s = settings.fcap_check_timeout_ms / 1000
+    return RegionalFcapStore(
+        clients, region.name, home_reads=region.home_reads, check_timeout_s=check_timeout_s
+    )
 
 
 async def _warm_up(valkey: AsyncValkey) -> None:

@@ -8,12 +8,17 @@ checked once, together, by ``Settings.validate``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 
 from bidder.core.clock import SimClockError, SimTime, SystemClock
 from bidder.decide.ratelimit import RateLimitError, RateLimits, parse_rate_limits
+from bidder.serve.region_settings import RegionConfig, parse_stores
 from bidder.serve.settings import Settings, SettingsError
 from bidder.stack.local import LocalStack
+from bidder.stack.regions import LocalRegions
 from bidder.supply.path import PolicyError, parse_domains, parse_fees, parse_preference
 
 _D = Settings()
@@ -35,6 +40,22 @@ def add_stack_options(p: argparse.ArgumentParser) -> None:
         "--local-cluster-replicas", type=int, default=0, metavar="N",
         help="replicas per master of the local cluster (needs --local-cluster)",
     )  # fmt: skip
+    g = p.add_argument_group("regions (docs/fcap.md, regions)")
+    g.add_argument("--region", metavar="NAME", help="serve this region: count into its slots")
+    g.add_argument(
+        "--region-valkey", action="append", default=[], metavar="NAME=URL",
+        help="a region's counter store (repeat for every region, this one included)",
+    )  # fmt: skip
+    g.add_argument(
+        "--local-regions", metavar="A,B[,C]",
+        help="start a counter store per region and the replicators between them",
+    )  # fmt: skip
+    g.add_argument("--fcap-home-reads", action="store_true",
+                   help="read and count each person on their home region's store")  # fmt: skip
+    g.add_argument("--replication-delay-ms", type=float, default=0.0, metavar="MS",
+                   help="--local-regions: apply each replicated change this late")  # fmt: skip
+    g.add_argument("--replication-loss", type=float, default=0.0, metavar="P",
+                   help="--local-regions: share of replicated applies lost (retried)")  # fmt: skip
 
 
 def add_bidder_options(p: argparse.ArgumentParser) -> None:
@@ -189,6 +210,31 @@ def local_stack(args: argparse.Namespace, settings: Settings) -> LocalStack:
     )
 
 
+@contextlib.contextmanager
+def local_regions(args: argparse.Namespace, settings: Settings) -> Iterator[Settings]:
+    """``--local-regions``: start a counter store per region and the replicators
+    between them; ``settings`` with their URLs (StackError or SettingsError explains)."""
+    if not args.local_regions:
+        yield settings
+        return
+    names = tuple(n.strip() for n in args.local_regions.split(","))
+    region = settings.region or RegionConfig(names[0])
+    if region.stores or region.name not in names:
+        raise SettingsError(
+            "invalid settings:\n  --local-regions starts every region's store: it takes no"
+            f" --region-valkey, and --region must be one of {', '.join(names)}"
+        )
+    replication = [
+        "--delay-ms",
+        str(args.replication_delay_ms),
+        "--loss",
+        str(args.replication_loss),
+    ]
+    with LocalRegions(names, replicator_args=replication) as started:
+        config = dataclasses.replace(region, stores=tuple(started.urls.items()))
+        yield settings.replace(region=config).validate()
+
+
 def on_stack(settings: Settings, stack: LocalStack) -> Settings:
     # --local-cluster already made the settings a cluster's (settings_from_args).
     return settings.replace(valkey_url=stack.valkey_url, aws_endpoint=stack.aws_endpoint)
@@ -236,6 +282,7 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         reconciler=not args.no_reconciler,
         fcap_check_timeout_ms=args.fcap_check_timeout_ms,
         fcap_replica_reads=args.fcap_replica_reads,
+        region=_region(args),
         model_dir=args.model_dir,
         bid_shading=not args.no_bid_shading,
         notice_keys=tuple(_key(spec) for spec in args.notice_key),
@@ -286,6 +333,20 @@ def _sim_clock(text: str | None) -> SimTime | None:
         return SimTime.parse(text, SystemClock().wall_ms())
     except SimClockError as exc:
         raise SettingsError(f"invalid settings:\n  {exc}") from None
+
+
+def _region(args: argparse.Namespace) -> RegionConfig | None:
+    if args.region is None and not args.region_valkey and not args.fcap_home_reads:
+        return None
+    if args.region is None:
+        raise SettingsError(
+            "invalid settings:\n  --region-valkey and --fcap-home-reads need --region"
+        )
+    try:
+        stores = parse_stores(args.region_valkey)
+    except ValueError as exc:
+        raise SettingsError(f"invalid settings:\n  {exc}") from None
+    return RegionConfig(args.region, stores, args.fcap_home_reads)
 
 
 def _key(spec: str) -> tuple[str, str]:

@@ -25,7 +25,7 @@ def reconciler_argv(settings: Settings) -> list[str]:
     if settings.valkey_url is None or settings.aws_endpoint is None:
         raise ValueError("the reconciler needs --valkey and --aws-endpoint")
     argv = [
-        sys.executable, "-m", "bidder", "reconciler",
+        sys.executable, "-m", "pacing", "reconciler",
         "--valkey", settings.valkey_url,
         "--aws-endpoint", settings.aws_endpoint,
         "--region", settings.aws_region,

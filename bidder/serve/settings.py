@@ -14,6 +14,7 @@ from pathlib import Path
 from bidder.core.clock import Clock, SimTime, SystemClock
 from bidder.core.tokens import MIN_KEY_BYTES, check_kid
 from bidder.decide.ratelimit import RateLimits
+from bidder.serve.region_settings import RegionConfig, read_checks
 from bidder.serve.settings_formats import BUCKET_NAME, KEY_NAMESPACE, STREAM_NAME, is_url
 from bidder.supply.path import MAX_FEE_BPS, PathPolicy
 from pacing.config_file import PacingFileError, load_pacing_file
@@ -164,6 +165,7 @@ class Settings:
     fcap_replica_reads: bool = False
     """Read-only cap checks read a replica of the user's slot (Valkey Cluster); they may
     miss counts younger than the replication lag (docs/fcap.md, replica reads)."""
+    region: RegionConfig | None = None  # --region: one region's counters among several
     # Stage 8: scoring.
     model_dir: Path = DEFAULT_MODEL_DIR
     bid_shading: bool = True
@@ -305,10 +307,7 @@ class Settings:
                 "--fcap-check-timeout-ms must be above 0 and below --deadline-ms",
             ),
             (self.fcap_cache_entries >= 1, "--fcap-cache-entries must be at least 1"),
-            (
-                self.valkey_cluster or not self.fcap_replica_reads,
-                "--fcap-replica-reads needs a Valkey Cluster (--valkey-cluster or --local-cluster)",
-            ),
+            *read_checks(self.region, self.valkey_cluster, self.fcap_replica_reads),
             (self.model_dir.is_dir(), f"--model-dir: no such directory: {self.model_dir}"),
             (self.model_reload_s >= 1, "--model-reload-s must be at least 1"),
         ]

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
-
 from bidder.core import metrics
 from bidder.core.clock import Clock
 from bidder.core.tokens import NoticeClaims, TokenSigner
+from bidder.serve.http.messages import Request, Response, text
 from bidder.winloop.notices import NoticeError, parse_view
 from fcap import CountOutcome
 
@@ -40,17 +39,17 @@ class ViewNoticeHandler:
         self._outcomes = {o: metrics.NOTICES.labels("view", o.value) for o in CountOutcome}
         self._retried = metrics.NOTICES.labels("view", "retried")
 
-    async def handle(self, request: web.BaseRequest) -> web.Response:
+    async def handle(self, request: Request) -> Response:
         try:
             claims = parse_view(
                 request.query, self._signer, self._clock.wall_ms(), self._max_age_ms
             )
         except NoticeError as exc:
             metrics.NOTICES_REJECTED.labels("view", exc.reason).inc()
-            return web.Response(status=400, text=str(exc))
+            return text(400, str(exc))
         outcome = CountOutcome.NOT_COUNTED if self._count is None else await self._count(claims)
         if outcome is None:
             self._retried.inc()
-            return web.Response(status=202)
+            return Response(202)
         self._outcomes[outcome].inc()
-        return web.Response(status=204)
+        return Response(204)

@@ -42,11 +42,11 @@ import signal
 from multiprocessing.connection import Connection
 
 import uvloop
-from aiohttp import web
 
 from bidder.serve._loads import WorkerStartError
 from bidder.serve.app import BidderState, build_server
 from bidder.serve.assemble import build_state
+from bidder.serve.http.server import HttpServer
 from bidder.serve.settings import Settings
 from bidder.stack.child import die_with_parent
 
@@ -90,28 +90,23 @@ async def stop_background(state: BidderState, tasks: list[asyncio.Task[None]]) -
             log.warning("error while closing %s: %s", getattr(close, "__qualname__", close), exc)
 
 
-async def start_site(state: BidderState) -> web.BaseRunner:
-    """Open the bid port for ``state``; the caller cleans the runner up."""
+async def start_site(state: BidderState) -> HttpServer:
+    """Open the bid port for ``state``; the caller closes it (``HttpServer.close``)."""
     settings = state.settings
-    # No access log: it would cost more than the whole no-bid path. Gzip is decoded
-    # by bidder.openrtb.body, within the body cap.
-    runner = web.ServerRunner(build_server(state), access_log=None, shutdown_timeout=DRAIN_S)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, reuse_port=True, backlog=4096)
+    server = build_server(state)
     try:
-        await site.start()
+        await server.listen(settings.host, settings.port)
     except OSError as exc:
-        await runner.cleanup()
         raise WorkerStartError(f"cannot listen on {settings.host}:{settings.port}: {exc}") from exc
-    return runner
+    return server
 
 
 async def _serve(settings: Settings, conn: Connection) -> None:
     state = await build_state(settings)
-    runner = await start_site(state)
+    site = await start_site(state)
     # Everything loaded so far lives as long as the worker. Freezing it keeps the
     # garbage collector from rescanning it: without this a full collection over the
-    # start-up heap (boto3, botocore, aiohttp) stalled requests for ~30 ms.
+    # start-up heap (boto3, botocore) stalled requests for ~30 ms.
     gc.collect()
     gc.freeze()
     background = await start_background(state)
@@ -119,16 +114,16 @@ async def _serve(settings: Settings, conn: Connection) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     conn.send(("ready", os.getpid()))
     await stop.wait()
-    await shutdown(state, runner, background)
+    await shutdown(state, site, background)
 
 
 async def shutdown(
-    state: BidderState, runner: web.BaseRunner, background: list[asyncio.Task[None]]
+    state: BidderState, site: HttpServer, background: list[asyncio.Task[None]]
 ) -> None:
     """The graceful stop (module docstring), cut short at ``SHUTDOWN_GRACE_S``."""
     try:
         async with asyncio.timeout(SHUTDOWN_GRACE_S):
-            await runner.cleanup()
+            await site.close(DRAIN_S)
             await stop_background(state, background)
     except TimeoutError:
         log.error("graceful stop took over %.0f s; exiting with work left", SHUTDOWN_GRACE_S)

@@ -35,7 +35,7 @@ from bidder.serve.assemble import build_state
 from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import prepare_resources
 from bidder.serve.settings import Settings
-from bidder.serve.worker import start_background, start_site, stop_background
+from bidder.serve.worker import DRAIN_S, start_background, start_site, stop_background
 from bidder.stack.child import ChildProcess
 from bidder.stack.local import LocalStack
 
@@ -152,7 +152,7 @@ class LiveBidder:
         if self._stages is not None:
             state.stages = self._stages(state)
         self.state = state
-        runner = await start_site(state)
+        site = await start_site(state)
         background = await start_background(state)
         # As a worker does after start-up (bidder.serve.worker), and more needed here: this
         # process also holds the whole test session's heap, and a full collection over
@@ -163,7 +163,7 @@ class LiveBidder:
             await self._stop.wait()
         finally:
             gc.unfreeze()
-            await runner.cleanup()
+            await site.close(DRAIN_S)
             await stop_background(state, background)
 
 

@@ -15,9 +15,11 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import pytest_asyncio
 import redis
+from redis.asyncio import Redis
 
 from bidder.adapters.valkey import connect_pipelined
 from bidder.stack.cluster import LocalValkeyCluster
+from bidder.stack.regions import LocalRegions
 from fcap import keys
 from fcap.store import FcapStore, connect
 
@@ -70,3 +72,16 @@ async def cluster_store(cluster: LocalValkeyCluster) -> AsyncIterator[FcapStore]
     yield fcap_store
     await fcap_store.drain()
     await client.aclose()
+
+
+@pytest_asyncio.fixture
+async def region_clients(local_regions: LocalRegions) -> AsyncIterator[dict[str, Redis]]:
+    """A client per region of the session's regions, every server emptied first."""
+    for url in local_regions.urls.values():
+        with redis.Redis.from_url(url) as sync:
+            sync.flushall()
+    clients = {name: connect(url, socket_timeout_s=2.0) for name, url in local_regions.urls.items()}
+    yield clients
+    for client in clients.values():
+        await client.aclose()
+    assert_every_key_has_ttl(list(local_regions.urls.values()))

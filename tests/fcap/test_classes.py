@@ -107,3 +107,70 @@ async def test_a_checked_pass_is_not_unchecked(store: FcapStore) -> None:
     standard = _subject("standard")
     verdict = await FrequencyCapper(store).check([standard], new_user(), None, T0, far_deadline())
     assert verdict.allows(standard) and not verdict.unchecked
+
+
+def _loose(limit: int) -> Subject:
+    return one_subject(
+        cap("campaign", "fixed", DAY_S, limit),
+        cid=f"class-loose-{limit}",
+        policy=CapPolicy.of_class("loose"),
+    )
+
+
+async def test_a_loose_read_allows_only_as_many_of_the_workers_bids_as_it_found_room_for(
+    store: FcapStore,
+) -> None:
+    loose, user = _loose(3), new_user()
+    await store.count("imp", loose, "win", user, None, T0, T0)
+    capper = FrequencyCapper(store)
+    before = _reads("loose")
+    for k in range(2):  # read: 1 of 3 counted, room for 2 bids of this worker
+        verdict = await capper.check([loose], user, None, T0 + 1 + k, far_deadline())
+        assert verdict.allows(loose)
+        capper.bid_on(verdict.on_count_cache[loose])
+    assert _reads("loose") == before + 1
+    # Its room spent, the worker counts the person capped until the read is stale,
+    # though the bids were not won (not counted).
+    again = await capper.check([loose], user, None, T0 + 3, far_deadline())
+    assert loose in again.capped and _reads("loose") == before + 1
+    stale = await capper.check([loose], user, None, T0 + 1 + STALE_MS, far_deadline())
+    assert stale.allows(loose) and _reads("loose") == before + 2
+
+
+async def test_a_loose_read_not_bid_on_stands_until_it_is_stale(store: FcapStore) -> None:
+    loose, user = _loose(2), new_user()
+    capper = FrequencyCapper(store)
+    before = _reads("loose")
+    for k in range(5):
+        assert (await capper.check([loose], user, None, T0 + k, far_deadline())).allows(loose)
+    assert _reads("loose") == before + 1
+
+
+async def test_a_loose_read_takes_the_least_room_of_the_user_and_household_sides(
+    store: FcapStore,
+) -> None:
+    loose = one_subject(
+        cap("campaign", "fixed", DAY_S, 5),
+        cap("household", "fixed", DAY_S, 2),
+        cid="class-loose-both",
+        policy=CapPolicy.of_class("loose"),
+    )
+    user, house = new_user(), "h:" + new_user()
+    await store.count("imp", loose, "win", user, house, T0, T0)
+    capper = FrequencyCapper(store)
+    verdict = await capper.check([loose], user, house, T0 + 1, far_deadline())
+    capper.bid_on(verdict.on_count_cache[loose])  # room: min(5 - 1, 2 - 1) = 1
+    again = await capper.check([loose], user, house, T0 + 2, far_deadline())
+    assert loose in again.capped
+
+
+async def test_each_of_n_workers_bids_its_share_of_the_room_rounded_up(store: FcapStore) -> None:
+    loose, user = _loose(5), new_user()
+    capper = FrequencyCapper(store, workers=2)
+    allowed = 0
+    for k in range(5):
+        verdict = await capper.check([loose], user, None, T0 + k, far_deadline())
+        if verdict.allows(loose):
+            allowed += 1
+            capper.bid_on(verdict.on_count_cache[loose])
+    assert allowed == 3  # 5 / 2, rounded up: two workers pass the cap by at most one

@@ -15,6 +15,8 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from bidder.replay.pacing_figures import KEYS as PACING_KEYS
+
 SECTIONS = (
     ("summary", "Summary"),
     ("latency", "Latency percentiles"),
@@ -22,6 +24,7 @@ SECTIONS = (
     ("no-bids", "No-bid reasons"),
     ("ssps", "Per SSP"),
     ("campaigns", "Per campaign"),
+    ("pacing", "Pacing day"),
     ("duplicates", "Duplicate auctions"),
     ("exchange", "Exchange pushback and viewability"),
     ("slowest", "Slowest answers"),
@@ -48,6 +51,7 @@ def render_page(report: Mapping[str, Any], title: str = "bidsim replay") -> str:
         "no-bids": _no_bids(report, plots),
         "ssps": _ssps(report["ssps"]),
         "campaigns": _campaigns(report, plots),
+        "pacing": _pacing(report, plots),
         "duplicates": _duplicates(report),
         "exchange": _exchange(report),
         "slowest": _slowest(report.get("slowest_answers")),
@@ -151,11 +155,15 @@ def _campaigns(report: Mapping[str, Any], plots: Any) -> str:
             _share(c["spend_vs_target"]),
             f"{c['ecpm_usd']:.4f}",
             f"{c['avg_bid_cpm_usd']:.4f}",
+            _count(c.get("requests_eligible")),
+            _count(c.get("capped_no_bids")),
+            "-" if c.get("avg_shading") is None else f"{c['avg_shading']:.4f}",
+            _count(c.get("over_cap")),
         ]
         for name, c in campaigns.items()
     ]
     head = ["campaign", "bids", "wins", "win rate", "spend USD", "of budget", "vs target",
-            "eCPM", "avg bid CPM"]  # fmt: skip
+            "eCPM", "avg bid CPM", "eligible", "capped", "shading", "over cap"]  # fmt: skip
     sources = _pairs(report["campaign_sources"].items())
     return (
         table(head, rows)
@@ -163,6 +171,53 @@ def _campaigns(report: Mapping[str, Any], plots: Any) -> str:
         + sources
         + plots.spend_curves(campaigns)
     )
+
+
+def _pacing(report: Mapping[str, Any], plots: Any) -> str:
+    """The pacing settings the bidder ran with and, on the stream's clock, the day's
+    spend per hour against the target with the live and offline figures."""
+    settings, day = report.get("pacing"), report.get("pacing_day")
+    parts = [
+        _pairs((k, _setting(v)) for k, v in settings.items())
+        if settings
+        else '<p class="note">Pacing settings: set by the bidder at --target.</p>'
+    ]
+    if report.get("pacing_day_settings"):
+        parts.append('<p class="note">On the stream\'s clock (simulated time):</p>')
+        parts.append(_pairs((k, _setting(v)) for k, v in report["pacing_day_settings"].items()))
+    if not day:
+        parts.append(
+            '<p class="note">No pacing day: the replay ran on the real clock, or no'
+            " campaign's target covers the whole simulated day.</p>"
+        )
+        return "".join(parts)
+    rows = [
+        [
+            name,
+            "-" if entry.get("supply_ratio") is None else f"{entry['supply_ratio']:.2f}x",
+            *(_day_cell(entry, key) for key in PACING_KEYS),
+        ]
+        for name, entry in day.items()
+    ]
+    head = ["campaign", "supply", "EOD spend", "max cum error", "hours in band"]
+    parts.append(
+        '<p class="note">Spend per simulated hour (bars) against the pacing target (steps),'
+        " and the offline simulator's spend on the same day where it ran (dashed).</p>"
+    )
+    parts.append(plots.pacing_day(day))
+    parts.append(table(head, rows))
+    parts.append('<p class="note">Each figure: live | offline simulator (docs/pacing.md).</p>')
+    return "".join(parts)
+
+
+def _setting(value: object) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _day_cell(entry: Mapping[str, Any], key: str) -> str:
+    offline = entry.get("offline") or {}
+    live = f"{entry['live'][key]:.1%}"
+    return f"{live} | {offline[key]:.1%}" if key in offline else f"{live} | -"
 
 
 def _duplicates(report: Mapping[str, Any]) -> str:
@@ -252,6 +307,10 @@ def table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 def _ms(summary: Mapping[str, float], *names: str) -> str:
     return " / ".join(f"{summary[name]:.3f}" for name in names)
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
 
 
 def _share(value: float | None) -> str:

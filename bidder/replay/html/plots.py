@@ -114,6 +114,34 @@ def spend_curves(campaigns: Mapping[str, Mapping[str, Any]]) -> str:
     return _svg(fig)
 
 
+def pacing_day(section: Mapping[str, Mapping[str, Any]]) -> str:
+    """Per campaign, spend per simulated hour (bars) against the target (steps), and the
+    offline simulator's spend on the same day where it ran (dashed); USD."""
+    names = list(section)
+    cols = 2 if len(names) > 1 else 1
+    rows = max(math.ceil(len(names) / cols), 1)
+    fig, axes = plt.subplots(rows, cols, figsize=(9, 2.6 * rows), squeeze=False)
+    hours = list(range(24))
+    for ax, name in zip(axes.flat, names, strict=False):
+        entry = section[name]
+        ax.bar(hours, _usd(entry["hourly_spend_micros"]), width=0.8, label="spend", align="edge")
+        target = _usd(entry["hourly_target_micros"])
+        ax.step([*hours, 24], [*target, target[-1]], where="post", color="black", label="target")
+        if entry.get("offline_hourly"):
+            offline = _usd(entry["offline_hourly"])
+            ax.step([*hours, 24], [*offline, offline[-1]], where="post", ls="--", label="offline")
+        ax.set_title(name, fontsize="small")
+        ax.set(xlim=(0, 24), xlabel="simulated hour (UTC)", ylabel="USD")
+        ax.legend(fontsize="x-small")
+    for ax in list(axes.flat)[len(names) :]:
+        ax.set_visible(False)
+    return _svg(fig)
+
+
+def _usd(micros: Sequence[float]) -> list[float]:
+    return [value / 1_000_000 for value in micros]
+
+
 def _cumulative_share(by_hour: Sequence[float]) -> list[float]:
     total, running, points = sum(by_hour), 0.0, [0.0]
     for value in by_hour:

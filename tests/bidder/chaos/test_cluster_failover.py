@@ -72,8 +72,8 @@ room for the failover (~2.5 s) and the pacing gap after it (up to ~1.5 s, below)
 TICK_S = 2.0
 """Leases stay valid two ticks (4 s), longer than a failover (~2.5 s): the budget never
 runs dry, so what the failover does to caps, ids and billing shows on its own."""
-LAST_PART = 0.2
-"""Bids are expected again in this last share of the replay (after the failover)."""
+RESUME_ROOM_MS = 1000
+"""Sends after the promotion, at least: room for bids to resume and be seen."""
 PROBE_EVERY_S = 0.02
 ID_TTL_MS = 10_000
 """Settings.id_lease_ttl_s: a renewal sent at t writes expiry t + ttl."""
@@ -344,12 +344,15 @@ def test_the_same_worker_processes_serve_throughout(outcome: Outcome) -> None:
     assert outcome.same_workers
 
 
-def test_bidding_resumes_in_the_last_part_of_the_replay(outcome: Outcome) -> None:
-    began, ended = outcome.replay_ms
-    tail_from = ended - LAST_PART * (ended - began)
-    assert tail_from > _promoted(outcome)
+def test_bidding_resumes_after_the_promotion(outcome: Outcome) -> None:
+    """Bids made after the promotion are billed. The sends go on for a while after it
+    (checked), so the replay leaves room to see them; the replay's own end is later
+    still (view notices follow wins by their dwell), so it is no measure of the sends."""
+    promoted = _promoted(outcome)
+    last_send_ms = outcome.replay_ms[0] + outcome.result.duration_s * 1000
+    assert last_send_ms - promoted >= RESUME_ROOM_MS, summary(outcome)
     won = _delivered(outcome).delivered
-    assert [c for c in won if c.issued_ms >= tail_from], summary(outcome)
+    assert [c for c in won if c.issued_ms > promoted], summary(outcome)
 
 
 def test_the_fail_closed_campaign_bids_again_for_users_of_the_killed_shard(

@@ -77,5 +77,9 @@ def test_every_scenario_has_a_test_here() -> None:
     assert set(SCENARIOS) == {
         "steady", "budget_unreadable", "runaway_spend", "surge", "duplicate_auctions",
         "profile_store_down", "master_failover", "reconciler_stall", "spend_stream_down",
-        "spend_stream_lag", "worker_kill9",
+        "spend_stream_lag", "worker_kill9", "region_partition",
     }  # fmt: skip
+
+
+def test_a_region_partition_heals_into_the_billed_counts_everywhere(tmp_path: Path) -> None:
+    _passes("region_partition", tmp_path)

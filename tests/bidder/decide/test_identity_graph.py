@@ -39,6 +39,12 @@ def test_an_id_below_the_confidence_threshold_keeps_its_own_key() -> None:
     assert (graph.cap_key("b:a"), graph.cap_key("b:b")) == ("b:a", "g:p1")
 
 
+def test_only_an_id_known_below_the_threshold_is_placed_with_low_confidence() -> None:
+    graph = IdentityGraph(1, {"b:a": ("p1", 0.4), "b:b": ("p1", 0.5)}, min_confidence=0.5)
+    placed = [graph.place(key) for key in ("b:a", "b:b", "b:unknown")]
+    assert placed == [("b:a", True), ("g:p1", False), ("b:unknown", False)]
+
+
 @given(_PEOPLE)
 def test_ids_of_one_person_share_a_cluster_named_after_its_smallest_id(
     people: list[list[str]],

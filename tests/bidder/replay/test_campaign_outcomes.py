@@ -55,7 +55,9 @@ async def test_spend_is_measured_against_the_campaign_file_budget(bidder):
     assert k1["ecpm_usd"] == pytest.approx(1.01)
     assert campaigns["idle"]["bids"] == 0  # a budgeted campaign that never bid still shows
     assert campaigns["k2"]["daily_budget_micros"] is None  # not in the file: no budget
-    assert campaigns["k1"]["avg_shading"] is None and campaigns["k1"]["capped_no_bids"] is None
+    # Not asked for the campaign trace, no campaign file caps: those figures are unknown.
+    for figure in ("requests_eligible", "capped_no_bids", "avg_shading", "over_cap"):
+        assert campaigns["k1"][figure] is None, figure
 
 
 @pytest.mark.asyncio
@@ -63,9 +65,26 @@ async def test_the_terminal_report_has_a_row_per_campaign(bidder):
     result = await replay(records(KINDS), bidder.url, options())
     table = render_table(result)
     assert "per campaign" in table
-    assert "(2 requests answered 'capped')" in table
+    assert "eligible" in table and "over cap" in table
     for name in ("k1", "k2", NO_CID):
-        assert f"\n  {name} " in table
+        assert table.count(f"\n  {name} ") == 2  # a row in each of the two tables
+
+
+@pytest.mark.asyncio
+async def test_the_bidders_campaign_trace_is_counted_per_campaign(bidder):
+    result = await replay(records(KINDS), bidder.url, options(campaign_trace=True))
+    report = to_json(result)
+    campaigns = report["campaigns"]
+    assert report["campaign_traced_answers"] == len(KINDS)
+    # fake_trace: each bid-<cid> request had <cid> and k9 eligible and k9 capped; each
+    # capped no-bid had k9 eligible and capped; the bids naming no campaign, nothing.
+    eligible = {name: c["requests_eligible"] for name, c in campaigns.items()}
+    assert eligible == {"k1": 4, "k2": 3, "k9": 4 + 3 + 2, NO_CID: 0}
+    assert campaigns["k9"]["capped_no_bids"] == 9 and campaigns["k1"]["capped_no_bids"] == 0
+    assert campaigns["k1"]["avg_shading"] == pytest.approx(0.8)
+    assert campaigns["k9"]["avg_shading"] is None  # it never bid
+    # every request answered 'capped' had a campaign refused by a cap
+    assert sum(c["capped_no_bids"] for c in campaigns.values()) >= report["nbr_reasons"]["capped"]
 
 
 offers = st.lists(

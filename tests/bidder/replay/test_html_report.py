@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import AsyncIterator
@@ -19,8 +20,10 @@ from bidder.cli import main
 from bidder.replay.campaign_outcomes import budgets_of
 from bidder.replay.html import COMPARE_SECTIONS, SECTIONS, write_html
 from bidder.replay.html.plots import percentile_curve
+from bidder.replay.pacing_figures import OfflineSettings, pacing_section
 from bidder.replay.replayer import replay
 from bidder.replay.report import ReplayResult, new_latency_histogram, record_latency, to_json
+from pacing.config_file import settings_in_force
 from tests.bidder.replay import headless
 from tests.bidder.replay.test_campaign_outcomes import KINDS, campaign
 from tests.bidder.replay.test_compare import recorded_report
@@ -58,10 +61,48 @@ def page(report: dict[str, Any], tmp_path: Path) -> Path:
     return path
 
 
+def with_a_pacing_day(report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` as if k1 had run a whole simulated day against a flat target."""
+    figures = {"k1": {"target_by_hour": [1_000_000] * 24, "spend_by_hour": [900_000] * 24}}
+    offline = OfflineSettings(nodes=2, tick_s=360.0, chunk_periods=96, breaker_window_s=3600)
+    day = pacing_section(figures, budgets_of([campaign("k1", 24_000_000)]), None, offline)
+    return {
+        **report,
+        "pacing": settings_in_force(None, 0.0625),
+        "pacing_day": day,
+        "pacing_day_settings": {**dataclasses.asdict(offline), "speed": 5760.0},
+    }
+
+
+@pytest.fixture
+def day_page(report: dict[str, Any], tmp_path: Path) -> Path:
+    path = tmp_path / "day.html"
+    write_html(with_a_pacing_day(report), path)
+    return path
+
+
 def test_the_page_fetches_nothing_from_elsewhere(page: Path) -> None:
     html = page.read_text()
     assert _EXTERNAL.findall(html) == []
     assert html.count("<svg") == 4  # latency, timeline, no-bid reasons, spend curves
+
+
+def _section(html: str, key: str) -> str:
+    start = html.index(f'<section id="{key}">')
+    return html[start : html.index("</section>", start)]
+
+
+def test_the_pacing_day_section_plots_the_day_and_names_the_settings(day_page: Path) -> None:
+    pacing = _section(day_page.read_text(), "pacing")
+    assert pacing.count("<svg") == 1
+    for shown in ("kp", "built-in defaults", "tick s", "0.0625", "speed", "90.0% | -"):
+        assert shown in pacing, shown
+
+
+def test_without_a_pacing_day_the_section_says_why(page: Path) -> None:
+    pacing = _section(page.read_text(), "pacing")
+    assert "<svg" not in pacing
+    assert "No pacing day: the replay ran on the real clock" in pacing
 
 
 def test_the_external_reference_check_catches_a_font_a_script_and_an_image() -> None:
@@ -102,6 +143,20 @@ async def test_chromium_shows_every_section_and_loads_nothing_else(
     for key in ("latency", "timeline", "no-bids", "campaigns"):
         assert shown[key]["svgs"] == 1, key
     assert shown["campaigns"]["rows"] > 3  # a header and a row per campaign, at least
+
+
+@needs_chromium
+@pytest.mark.asyncio
+async def test_chromium_shows_the_pacing_day_with_its_plot_and_settings(
+    day_page: Path, tmp_path: Path
+) -> None:
+    loaded = await headless.load(day_page, tmp_path / "profile")
+    assert (loaded.requested, loaded.failed) == ([day_page.as_uri()], [])
+    shown = {s["id"]: s for s in loaded.sections}
+    assert shown["pacing"]["heading"] == "Pacing day"
+    assert shown["pacing"]["svgs"] == 1
+    # 7 settings, 6 simulated-clock settings, a header and one campaign
+    assert shown["pacing"]["rows"] == 7 + 6 + 2
 
 
 @needs_chromium

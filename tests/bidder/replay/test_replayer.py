@@ -50,6 +50,8 @@ class FakeBidder:
         self.headers.append(dict(request.headers))
         body = orjson.loads(await request.read())
         response = await self._answer(request.headers["X-Ssp"], body["id"], request.host)
+        if "X-Campaign-Trace" in request.headers:
+            response.headers["X-Campaign-Trace"] = fake_trace(request.headers["X-Ssp"])
         self.answered += 1
         return response
 
@@ -77,6 +79,16 @@ class FakeBidder:
     async def view(self, request: web.Request) -> web.Response:
         self.views.append(request.query_string)
         return web.Response(status=204)
+
+
+def fake_trace(ssp: str) -> str:
+    """The stand-in's campaign trace: a bid-<cid> request had <cid> and "k9" eligible,
+    k9 over a cap, and <cid> shaded to 0.8; a capped no-bid had k9 eligible and capped."""
+    if ssp.startswith("bid-") and ssp[4:]:
+        return f"eligible={ssp[4:]},k9;capped=k9;shading={ssp[4:]}:0.8"
+    if ssp == "nobid-capped":
+        return "eligible=k9;capped=k9;shading="
+    return "eligible=;capped=;shading="
 
 
 def bid_response(request_id: str, host: str, cid: str = "k1", token: bool = False) -> bytes:

@@ -1,0 +1,1 @@
+"""The bid port's HTTP/1.1 server: a lean asyncio protocol on ``httptools``."""

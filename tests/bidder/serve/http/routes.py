@@ -1,0 +1,55 @@
+"""Routes that show what the server handed them, and requests to send them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bidder.serve.http.messages import Request, Response
+from bidder.serve.http.protocol import Route
+from bidder.serve.http.server import HttpServer
+
+CAP = 1024
+
+
+class App:
+    """Routes that echo what they saw; ``/wait`` answers when ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.seen: list[Request] = []
+        self.release = asyncio.Event()
+
+    def echo(self, request: Request) -> Response:
+        self.seen.append(request)
+        over = b" over-cap" if request.over_cap else b""
+        return Response(200, request.method.encode() + b" " + request.body + over)
+
+    async def wait(self, request: Request) -> Response:
+        self.seen.append(request)
+        await self.release.wait()
+        return Response(200, b"waited")
+
+    def boom(self, request: Request) -> Response:
+        raise RuntimeError("a bug")
+
+    def late(self, received: float) -> Response:
+        return Response(204, headers=b"X-Late: 1\r\n")
+
+    def server(self) -> HttpServer:
+        routes = {
+            ("POST", "/echo"): Route(self.echo),
+            ("GET", "/echo"): Route(self.echo),
+            ("GET", "/wait"): Route(self.wait),
+            ("GET", "/boom"): Route(self.boom),
+            ("POST", "/quick"): Route(self.echo, arrive_within_s=0.05, late=self.late),
+        }
+        return HttpServer(routes, now=time.monotonic, max_body_bytes=CAP)
+
+
+def post(path: str, body: bytes, *extra: str) -> bytes:
+    head = [f"POST {path} HTTP/1.1", "Host: x", f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def get(path: str, *extra: str) -> bytes:
+    return ("\r\n".join([f"GET {path} HTTP/1.1", "Host: x", *extra]) + "\r\n\r\n").encode()
