@@ -11,10 +11,6 @@ the old one. Hence the bounds:
 - a stalled reconciler: at most the old lease's rest plus the new one, 2 chunks per
   node, and then nothing: every lease expires two ticks after it was written.
 
-A tick that can grant nothing new renews the newest lease instead (``LeaseBook.renewed``:
-same id and amount, a later expiry): the money is out already, and nodes keep spending
-it without an empty lease or a lapse at each hand-over.
-
 *Exposure* bounds what nodes can still spend from the leases written so far; grants
 keep ``spent + exposure <= budget``. It is a running balance: grants add, the spend
 applied since the previous tick subtracts (nodes spend only from leases, whichever one
@@ -271,20 +267,14 @@ class LeaseBook:
             self._live.append(_Generation(lease_id, per_node, nodes, per_node * nodes, expires_ms))
             self._exposure += per_node * nodes
 
-    def renewed(self, per_node: int, nodes: int, expires_ms: int) -> Lease | None:
-        """The newest lease out, live until ``expires_ms`` now, when this tick can grant
-        nothing new (``per_node`` 0) and it went to as many nodes, none of them departed.
-
-        Re-sending it (same id: nodes keep what they spent from it) adds no money: the
-        exposure holds it whole already. Without it an empty lease would replace the
-        live one on the nodes while the budget's rest is reserved for them; and letting
-        it lapse at its expiry, with the next grant written only once a tick has seen it
-        expire, leaves nodes without a lease for the tick's own latency at every
-        hand-over. Call after ``observe``."""
+    def keepable(self, per_node: int, nodes: int) -> Lease | None:
+        """The newest lease out, when it allows each node more than ``per_node`` and was
+        granted to as many nodes: re-sending it (same id: nodes keep what they spent from
+        it) grants nothing new, where a smaller fresh lease would replace it on the
+        nodes while the exposure still holds it whole. Call after ``observe``."""
         gen = self._live[-1] if self._live else None
-        if per_node > 0 or gen is None or gen.nodes != nodes or gen.returned_by:
+        if gen is None or gen.per_node <= per_node or gen.nodes != nodes or gen.returned_by:
             return None
-        gen.expires_ms = max(gen.expires_ms, expires_ms)
         return Lease(gen.lease_id, gen.per_node, gen.expires_ms, 0)
 
     def give_back(self, node: str, lease_id: int, micros: int) -> int:

@@ -180,11 +180,11 @@ class CampaignPacer:
             b.daily_budget_micros, spent, outstanding, nodes, chunk
         )  # fmt: skip
         rate_ppm = 0 if paused else round(rate * RATE_SCALE)
-        expires = expiry_ms(now_ms, cfg.tick_ms)
-        kept = None if paused else self.book.renewed(per_node, nodes, expires)
-        if kept is not None:  # the budget's rest is out already: renew it, no empty lease
+        kept = None if paused else self.book.keepable(per_node, nodes)
+        if kept is not None:  # what is left of the budget is out already: no empty lease
             lease = dataclasses.replace(kept, rate_ppm=rate_ppm)
         else:
+            expires = expiry_ms(now_ms, cfg.tick_ms)
             self.book.record(lease_id, per_node, nodes, expires)
             lease = Lease(lease_id, per_node, expires, rate_ppm)
         return Plan(
