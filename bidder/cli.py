@@ -29,6 +29,7 @@ from bidder.bidstream.stream import StreamFormatError
 from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
 from bidder.core.campaign_warnings import never_in_effect
 from bidder.core.campaigns import CampaignError
+from bidder.decide.identity_table import IdentityStoreError
 from bidder.replay.command import check_out_dirs, read_calibration, replay_parser
 from bidder.replay.compare import DEFAULT_THRESHOLD, compare, render_comparison
 from bidder.replay.pacing_figures import sized
@@ -59,6 +60,7 @@ _USER_ERRORS = (
     SettingsError,
     StackError,
     StoreError,
+    IdentityStoreError,
     StreamFormatError,
     WorkerPoolError,
     ValueError,

@@ -1,6 +1,7 @@
 """``bidsim identity build``: an identity graph file from the generator's ground truth
 (``bidder.bidstream.identity_truth``) or from a file of people, one JSON array of user
-keys per line."""
+keys per line. ``bidsim identity load``: a graph file into the DynamoDB table the bidder
+reads with ``--identity-table`` (``bidder.decide.identity_table``), as a new version."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from typing import Any
 
 import orjson
 
+from bidder.adapters.aws import aws_client
 from bidder.bidstream.identity_truth import truth_graph
-from bidder.decide.identity_graph import IdentityGraph, build_graph
+from bidder.decide.identity_graph import IdentityGraph, build_graph, load_graph
+from bidder.decide.identity_table import IdentityTable
 
 
 def add_commands(subparsers: Any) -> None:
@@ -30,6 +33,12 @@ def add_commands(subparsers: Any) -> None:
     build.add_argument("--version", type=int, default=1, help="the graph's version (>= 1)")
     build.add_argument("--out", type=Path, required=True)
     build.set_defaults(command=cmd_build)
+    load = sub.add_parser("load", help="write a graph file to a DynamoDB table as a new version")
+    load.add_argument("--graph", type=Path, required=True, metavar="FILE")
+    load.add_argument("--table", required=True, metavar="NAME")
+    load.add_argument("--aws-endpoint", required=True, metavar="URL")
+    load.add_argument("--aws-region", default="us-east-1", metavar="REGION")
+    load.set_defaults(command=cmd_load)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -44,6 +53,21 @@ def cmd_build(args: argparse.Namespace) -> int:
     args.out.write_bytes(orjson.dumps(graph.to_doc()))
     clusters = len({cluster for cluster, _ in graph.ids.values()})
     print(f"wrote graph version {graph.version} to {args.out}: {_counts(graph, clusters)}")
+    return 0
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    graph = load_graph(args.graph)  # GraphFormatError (a ValueError) names the file
+    table = IdentityTable(aws_client("dynamodb", args.aws_endpoint, args.aws_region), args.table)
+    table.ensure_table()
+    previous = table.current_version()
+    table.load(graph)
+    clusters = len({cluster for cluster, _ in graph.ids.values()})
+    was = "" if previous is None else f" (was version {previous})"
+    print(
+        f"loaded graph version {graph.version} into table {args.table} at {args.aws_endpoint}"
+        f"{was}: {_counts(graph, clusters)}"
+    )
     return 0
 
 

@@ -51,6 +51,24 @@ PROFILE_FILL_LATENCY = Histogram(
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
 
+# Stage 5: the identity cache (--identity-table; bidder.decide.identity_table).
+IDENTITY_LOOKUPS = Counter(
+    "bidsim_identity_lookups", "Identity cache lookups on the bid path by result.", ["result"]
+)
+IDENTITY_FILLS = Counter(
+    "bidsim_identity_fills",
+    "Background identity fills by outcome, in keys (found, absent, unanswered, error, dropped).",
+    ["outcome"],
+)
+IDENTITY_FILL_CALLS = Counter(
+    "bidsim_identity_fill_calls", "BatchGetItem calls made by identity fills."
+)
+IDENTITY_FILL_LATENCY = Histogram(
+    "bidsim_identity_fill_seconds",
+    "Identity miss latency: from a cache miss to its background DynamoDB read finishing.",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+
 # --- ids, notices and the ledger ------------------------------------------
 NOTICES_REJECTED = Counter(
     "bidsim_notices_rejected", "Notices refused with a 400, by kind and reason.", ["kind", "reason"]

@@ -27,12 +27,30 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 CLUSTER_PREFIX = "g:"
 DEFAULT_MIN_CONFIDENCE = 0.5
+
+
+class Placer(Protocol):
+    """Where caps count a user key: a graph held whole, or the identity table's cache."""
+
+    def place(self, user_key: str) -> tuple[str, bool]: ...
+
+
+def place_in(
+    found: tuple[str, float] | None, user_key: str, min_confidence: float
+) -> tuple[str, bool]:
+    """(the key caps count under, whether the key is known with too little confidence),
+    given what the graph holds for ``user_key`` (None: not in the graph)."""
+    if found is None:
+        return user_key, False
+    if found[1] < min_confidence:
+        return user_key, True
+    return CLUSTER_PREFIX + found[0], False
 
 
 class GraphFormatError(ValueError):
@@ -54,12 +72,7 @@ class IdentityGraph:
         """(the key caps count under, whether the graph knows ``user_key`` with less than
         ``min_confidence``). A key known with too little confidence keeps its own key;
         a campaign with a fallback policy caps it under the fallback key instead."""
-        found = self.ids.get(user_key)
-        if found is None:
-            return user_key, False
-        if found[1] < self.min_confidence:
-            return user_key, True
-        return CLUSTER_PREFIX + found[0], False
+        return place_in(self.ids.get(user_key), user_key, self.min_confidence)
 
     def to_doc(self) -> dict[str, Any]:
         return {"version": self.version, "ids": {k: list(v) for k, v in self.ids.items()}}

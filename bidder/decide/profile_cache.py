@@ -1,4 +1,6 @@
-"""The in-process TTL cache in front of the profile table (DAX's role).
+"""The in-process TTL cache in front of a DynamoDB table (DAX's role): the profile table,
+and the identity table (``bidder.decide.identity_table``) through the same class, each
+with its own metrics.
 
 Stage 5 looks a profile up by the request's user key (``bidder.decide.identity``) on the event
 loop thread, inside an 8 ms budget, while a DynamoDB read takes milliseconds and an
@@ -45,25 +47,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from itertools import islice
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from bidder.core import metrics
 from bidder.core.clock import Clock
+from bidder.core.published_metrics import Counter, Histogram
 from bidder.decide.profiles import MAX_BATCH_KEYS, Profile
 
 log = logging.getLogger(__name__)
 
 
-class Lookup(NamedTuple):
+V = TypeVar("V")
+
+
+class Lookup(NamedTuple, Generic[V]):
     hit: bool
-    """True when the cache could answer (a profile, or 'no profile'); False on a miss."""
-    profile: Profile | None
+    """True when the cache could answer (a value, or 'no item'); False on a miss."""
+    value: V | None
 
 
-MISS = Lookup(False, None)
-_ABSENT = Lookup(True, None)
+MISS: Lookup[object] = Lookup(False, None)
+_ABSENT: Lookup[object] = Lookup(True, None)
 
-FetchMany = Callable[[Sequence[str]], Mapping[str, Profile | None]]
+FetchMany = Callable[[Sequence[str]], Mapping[str, V | None]]
 """Blocking batch read, e.g. ``ProfileTable.get_many``: keys it leaves out stay unfilled."""
 
 
@@ -115,53 +121,78 @@ class CacheStats:
         return self.hits / total if total else 0.0
 
 
-_HIT = metrics.PROFILE_LOOKUPS.labels("hit")
-_MISSED = metrics.PROFILE_LOOKUPS.labels("miss")
 _OUTCOMES = ("found", "absent", "unanswered", "error", "dropped")
-_FILLS = {o: metrics.PROFILE_FILLS.labels(o) for o in _OUTCOMES}
-
-_Answer = Mapping[str, Profile | None]
 
 
-class ProfileCache:
+class CacheMetrics:
+    """A cache's Prometheus series: lookups by result, fills by outcome, calls, latency."""
+
+    def __init__(
+        self, name: str, lookups: Counter, fills: Counter, calls: Counter, latency: Histogram
+    ):
+        self.name = name
+        """What the cache holds, in log lines and thread names ('profile', 'identity')."""
+        self.hit, self.miss = lookups.labels("hit"), lookups.labels("miss")
+        self.fills = {o: fills.labels(o) for o in _OUTCOMES}
+        self.calls = calls
+        self.latency = latency
+
+
+PROFILE_METRICS = CacheMetrics(
+    "profile",
+    metrics.PROFILE_LOOKUPS,
+    metrics.PROFILE_FILLS,
+    metrics.PROFILE_FILL_CALLS,
+    metrics.PROFILE_FILL_LATENCY,
+)
+
+
+class FillCache(Generic[V]):
     """Read-through TTL cache whose misses are filled in background batches (module doc)."""
 
-    def __init__(self, fetch_many: FetchMany, clock: Clock, config: CacheConfig | None = None):
+    def __init__(
+        self,
+        fetch_many: FetchMany[V],
+        clock: Clock,
+        config: CacheConfig | None = None,
+        series: CacheMetrics = PROFILE_METRICS,
+    ):
         """``fetch_many`` blocks (e.g. ``ProfileTable.get_many``); it only runs in the pool."""
         self.config = config or CacheConfig()
         problems = self.config.problems()
         if problems:
-            raise ValueError("invalid profile cache config: " + "; ".join(problems))
+            raise ValueError(f"invalid {series.name} cache config: " + "; ".join(problems))
+        self._series = series
         self._fetch_many = fetch_many
         self._clock = clock
-        self._entries: dict[str, tuple[float, Lookup]] = {}
+        self._entries: dict[str, tuple[float, Lookup[V]]] = {}
         # key -> perf_counter() at its miss (the latency metric), in arrival order
         self._pending: dict[str, float] = {}
         self._flying: dict[str, float] = {}
-        self._calls: set[asyncio.Future[_Answer]] = set()
+        self._calls: set[asyncio.Future[Mapping[str, V | None]]] = set()
         self._window: asyncio.TimerHandle | None = None
         self._due = False  # the pending batch's window is over; it goes with the next free call
         self._paused_until = float("-inf")
         self._closed = False
         self._max_keys = self.config.max_in_flight * self.config.max_batch
-        self._pool = ThreadPoolExecutor(self.config.max_in_flight, thread_name_prefix="profiles")
+        self._pool = ThreadPoolExecutor(self.config.max_in_flight, thread_name_prefix=series.name)
         self.stats = CacheStats()
 
-    def lookup(self, key: str) -> Lookup:
+    def lookup(self, key: str) -> Lookup[V]:
         """The cached answer for ``key``, or MISS (and a fill is queued). Never blocks or raises."""
         entry = self._entries.get(key)
         now = self._clock.monotonic()
         if entry is not None and entry[0] > now:
             self.stats.hits += 1
-            _HIT.inc()
+            self._series.hit.inc()
             return entry[1]
         self.stats.misses += 1
-        _MISSED.inc()
+        self._series.miss.inc()
         try:
             self._enqueue(key, now)
         except Exception:  # a bug here must not cost the request; the fill is just skipped
-            log.exception("profile cache could not queue a fill")
-        return MISS
+            log.exception("%s cache could not queue a fill", self._series.name)
+        return MISS  # type: ignore[return-value]  # (False, None) is a miss of any type
 
     @property
     def pending(self) -> int:
@@ -201,7 +232,7 @@ class ProfileCache:
             return
         if len(self._pending) + len(self._flying) >= self._max_keys:
             self.stats.dropped += 1
-            _FILLS["dropped"].inc()
+            self._series.fills["dropped"].inc()
             return
         try:
             loop = asyncio.get_running_loop()
@@ -236,7 +267,7 @@ class ProfileCache:
         self._flying.update(batch)
         self._calls.add(call)
         self.stats.calls += 1
-        metrics.PROFILE_FILL_CALLS.inc()
+        self._series.calls.inc()
         call.add_done_callback(partial(self._answered, keys))
 
     def _forget_pending(self) -> None:
@@ -246,13 +277,13 @@ class ProfileCache:
             self._window.cancel()
             self._window = None
 
-    def _answered(self, keys: list[str], call: asyncio.Future[_Answer]) -> None:
+    def _answered(self, keys: list[str], call: asyncio.Future[Mapping[str, V | None]]) -> None:
         """Runs on the loop thread when a call ends."""
         self._calls.discard(call)
         # Real elapsed time on purpose: a latency metric, not a decision on the clock.
         done = time.perf_counter()
         for key in keys:
-            metrics.PROFILE_FILL_LATENCY.observe(done - self._flying.pop(key))
+            self._series.latency.observe(done - self._flying.pop(key))
         if call.cancelled():
             return
         try:
@@ -266,36 +297,42 @@ class ProfileCache:
 
     def _failed(self, keys: list[str], error: BaseException) -> None:
         self.stats.errors += len(keys)
-        _FILLS["error"].inc(len(keys))
+        self._series.fills["error"].inc(len(keys))
         self._paused_until = self._clock.monotonic() + self.config.error_backoff_s
         self._forget_pending()  # sending them now would be fills during the pause
         log.warning(
-            "profile fill of %d keys failed; pausing fills for %gs: %s",
+            "%s fill of %d keys failed; pausing fills for %gs: %s",
+            self._series.name,
             len(keys),
             self.config.error_backoff_s,
             error,
         )
 
-    def _fill(self, keys: list[str], answer: _Answer) -> None:
+    def _fill(self, keys: list[str], answer: Mapping[str, V | None]) -> None:
         unanswered = [key for key in keys if key not in answer]
         for key in keys:
             if key in answer:
                 self._store(key, answer[key])
         if unanswered:
             self.stats.unanswered += len(unanswered)
-            _FILLS["unanswered"].inc(len(unanswered))
+            self._series.fills["unanswered"].inc(len(unanswered))
 
-    def _store(self, key: str, profile: Profile | None) -> None:
+    def _store(self, key: str, value: V | None) -> None:
         now = self._clock.monotonic()
-        if profile is None:
+        entry: Lookup[V]
+        if value is None:
             self.stats.absent += 1
-            _FILLS["absent"].inc()
-            value, expires = _ABSENT, now + self.config.absent_ttl_s
+            self._series.fills["absent"].inc()
+            entry, expires = _ABSENT, now + self.config.absent_ttl_s  # type: ignore[assignment]
         else:
             self.stats.found += 1
-            _FILLS["found"].inc()
-            value, expires = Lookup(True, profile), now + self.config.ttl_s
+            self._series.fills["found"].inc()
+            entry, expires = Lookup(True, value), now + self.config.ttl_s
         self._entries.pop(key, None)  # re-insert at the end: the oldest entries go first
-        self._entries[key] = (expires, value)
+        self._entries[key] = (expires, entry)
         if len(self._entries) > self.config.capacity:
             del self._entries[next(iter(self._entries))]
+
+
+ProfileCache = FillCache[Profile]
+"""Stage 5's profile cache."""

@@ -11,7 +11,7 @@ from bidder.core.tasks import TaskSet
 from bidder.decide.consent import ConsentPolicy, evaluate
 from bidder.decide.eligibility import Candidate, EligibilityPolicy, select
 from bidder.decide.identity import identify
-from bidder.decide.identity_graph import IdentityGraph
+from bidder.decide.identity_graph import Placer
 from bidder.decide.profile_cache import ProfileCache
 from bidder.pipeline.campaign_book import CampaignBook
 from bidder.pipeline.campaign_trace import capped_campaigns
@@ -79,9 +79,7 @@ class ProfileStage:
     bid needs one. Without consent to personalize, no key is formed at all.
     """
 
-    def __init__(
-        self, cache: ProfileCache, miss_nobid: bool = False, graph: IdentityGraph | None = None
-    ):
+    def __init__(self, cache: ProfileCache, miss_nobid: bool = False, graph: Placer | None = None):
         self._cache = cache
         self._miss_nobid = miss_nobid
         self._graph = graph
@@ -93,7 +91,7 @@ class ProfileStage:
         if ctx.user_key is None:
             return None
         found = self._cache.lookup(ctx.user_key)
-        ctx.profile = found.profile
+        ctx.profile = found.value
         if self._graph is not None:  # caps (and the notice token) count the person
             ctx.user_key, ctx.low_confidence = self._graph.place(ctx.user_key)
         return NoBid.PROFILE_MISS if self._miss_nobid and not found.hit else None

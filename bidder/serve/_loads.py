@@ -10,7 +10,15 @@ import logging
 from bidder.adapters.aws import aws_client
 from bidder.adapters.campaign_store import CampaignTable
 from bidder.core.clock import Clock
-from bidder.decide.profile_cache import CacheConfig, ProfileCache
+from bidder.decide.identity_graph import IdentityGraph, load_graph
+from bidder.decide.identity_table import (
+    IDENTITY_METRICS,
+    MAX_USER_KEYS,
+    CachedGraph,
+    Entry,
+    IdentityTable,
+)
+from bidder.decide.profile_cache import CacheConfig, FillCache, ProfileCache
 from bidder.decide.profiles import ProfileTable
 from bidder.pipeline.campaign_book import CampaignBook
 from bidder.serve.settings import Settings
@@ -83,6 +91,24 @@ def profile_cache(settings: Settings, endpoint: str, clock: Clock) -> ProfileCac
     table = ProfileTable(client, settings.profiles_table)
     config = CacheConfig(ttl_s=settings.profile_ttl_s, capacity=settings.profile_cache_size)
     return ProfileCache(table.get_many, clock, config)
+
+
+def identity_placer(
+    settings: Settings, endpoint: str, clock: Clock
+) -> IdentityGraph | CachedGraph | None:
+    """Where stage 5 places user keys: the graph file held whole, the table through a
+    cache, or nowhere (caps count ids)."""
+    if settings.identity_graph is not None:
+        return load_graph(settings.identity_graph)
+    if settings.identity_table is None:
+        return None
+    client = aws_client("dynamodb", endpoint, settings.aws_region, quick=True)
+    table = IdentityTable(client, settings.identity_table)
+    ttl = settings.identity_ttl_s  # absent keys too: a new version may add them
+    config = CacheConfig(
+        ttl_s=ttl, absent_ttl_s=ttl, capacity=settings.profile_cache_size, max_batch=MAX_USER_KEYS
+    )
+    return CachedGraph(FillCache[Entry](table.get_many, clock, config, IDENTITY_METRICS))
 
 
 async def ledger_producer(settings: Settings, endpoint: str, clock: Clock) -> SpendProducer:

@@ -32,7 +32,8 @@ from bidder.core.published_metrics import flush, run_flusher
 from bidder.core.tokens import TokenSigner, generate_key
 from bidder.decide.consent import ConsentPolicy
 from bidder.decide.eligibility import EligibilityPolicy
-from bidder.decide.identity_graph import load_graph
+from bidder.decide.identity_graph import IdentityGraph
+from bidder.decide.identity_table import CachedGraph
 from bidder.decide.profile_cache import ProfileCache
 from bidder.pipeline.auction_claims import AuctionClaims, SupplyDedupStage
 from bidder.pipeline.campaign_book import CampaignBook
@@ -52,6 +53,7 @@ from bidder.serve._loads import (
     WorkerStartError,
     campaign_book,
     deferred_journal,
+    identity_placer,
     keep_model_fresh,
     ledger_producer,
     load_model,
@@ -142,6 +144,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
         partial(return_leases, pacer, lease_reader),  # after the flush: see bidder.serve.worker
         lease.release,
         inputs.profiles.close,
+        *([inputs.identities.cache.close] if isinstance(inputs.identities, CachedGraph) else []),
         *stores.closers(),
         flush,  # last: what the closers counted too
     ]
@@ -156,13 +159,15 @@ class _Inputs:
     supply: SupplyCache
     pricer: Pricer
     profiles: ProfileCache
+    identities: IdentityGraph | CachedGraph | None
 
 
 async def _inputs(settings: Settings, endpoint: str, clock: Clock) -> _Inputs:
     book = await campaign_book(settings, endpoint)
     supply = await supply_cache(settings, endpoint)
     pricer = Pricer(load_model(settings), clock, shading=settings.bid_shading)
-    return _Inputs(book, supply, pricer, profile_cache(settings, endpoint, clock))
+    identities = identity_placer(settings, endpoint, clock)
+    return _Inputs(book, supply, pricer, profile_cache(settings, endpoint, clock), identities)
 
 
 def _refreshers(settings: Settings, inputs: _Inputs) -> list[Job]:
@@ -212,7 +217,7 @@ def _stages(
         ProfileStage(
             inputs.profiles,
             miss_nobid=settings.profile_miss == "nobid",
-            graph=load_graph(settings.identity_graph) if settings.identity_graph else None,
+            graph=inputs.identities,
         ),
         PacingStage(pacer),
         FcapStage(stores.capper, book, clock),

@@ -155,6 +155,14 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
         "--identity-graph", type=Path, metavar="FILE",
         help="caps count per person for the ids this graph knows (bidsim identity build)",
     )  # fmt: skip
+    g.add_argument(
+        "--identity-table", metavar="NAME",
+        help="the same from the graph in this DynamoDB table (bidsim identity load), cached",
+    )  # fmt: skip
+    g.add_argument(
+        "--identity-ttl-s", type=float, default=_D.identity_ttl_s, metavar="S",
+        help="how long a worker keeps a table entry: a new version is seen within about S",
+    )  # fmt: skip
     g.add_argument("--pacing-tick-s", type=float, default=_D.pacing_tick_s)
     g.add_argument(
         "--breaker-window-s", type=float, default=_D.breaker_window_s, metavar="S",
@@ -273,6 +281,8 @@ def settings_from_args(args: argparse.Namespace, port: int, admin_port: int) -> 
         profile_miss=args.profile_miss,
         profile_ttl_s=args.profile_ttl_s,
         identity_graph=args.identity_graph,
+        identity_table=args.identity_table,
+        identity_ttl_s=args.identity_ttl_s,
         pacing_tick_s=args.pacing_tick_s,
         breaker_window_s=args.breaker_window_s,
         spend_lag_threshold_s=args.spend_lag_threshold_s,

@@ -35,6 +35,7 @@ from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
 from bidder.core.campaigns import Campaign
 from bidder.core.tokens import generate_key
 from bidder.decide.identity_graph import load_graph
+from bidder.decide.identity_table import IdentityStoreError, IdentityTable
 from bidder.decide.profiles import ProfileStoreError, ProfileTable
 from bidder.serve.admin import build_admin_app
 from bidder.serve.assemble import pacing_node_id
@@ -100,7 +101,7 @@ def prepare_resources(settings: Settings) -> None:
         raise PrepareError("no AWS endpoint for campaigns, profiles and the spend stream")
     try:
         _prepare_aws(settings, settings.aws_endpoint)
-    except (BotoCoreError, ClientError, ProfileStoreError) as exc:
+    except (BotoCoreError, ClientError, ProfileStoreError, IdentityStoreError) as exc:
         raise PrepareError(
             f"cannot prepare AWS resources at {settings.aws_endpoint}: {exc}"
         ) from exc
@@ -118,6 +119,16 @@ def _prepare_aws(settings: Settings, endpoint: str) -> None:
     )
     dynamodb = aws_client("dynamodb", endpoint, settings.aws_region)
     ProfileTable(dynamodb, settings.profiles_table).ensure_table()
+    if settings.identity_table is not None:
+        _check_identity_table(IdentityTable(dynamodb, settings.identity_table), endpoint)
+
+
+def _check_identity_table(table: IdentityTable, endpoint: str) -> None:
+    if table.current_version() is None:
+        raise PrepareError(
+            f"--identity-table {table.table_name!r} at {endpoint} holds no graph:"
+            " load one with `bidsim identity load`"
+        )
 
 
 def with_shared_notice_key(settings: Settings) -> Settings:

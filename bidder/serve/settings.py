@@ -138,8 +138,10 @@ class Settings:
     profile_ttl_s: float = 300.0
     profile_cache_size: int = 200_000
     identity_graph: Path | None = None
-    """An identity graph file (``bidder.decide.identity_graph``): caps count per person
-    (cluster) for the ids it knows."""
+    """Caps count per person (cluster) for the ids this graph file knows."""
+    identity_table: str | None = None
+    """Or the graph in this table (``bidder.decide.identity_table``), through a cache."""
+    identity_ttl_s: float = 60.0
     # Stage 6: pacing.
     pacing_tick_s: float = 5.0
     """The reconciler's tick; leases expire after two missed ticks."""
@@ -292,6 +294,11 @@ class Settings:
                 self.identity_graph is None or self.identity_graph.is_file(),
                 f"--identity-graph: no such file: {self.identity_graph}",
             ),
+            (
+                self.identity_graph is None or self.identity_table is None,
+                "--identity-graph and --identity-table: give one, not both",
+            ),
+            (self.identity_ttl_s > 0, "--identity-ttl-s must be positive"),
             (0.05 <= self.pacing_tick_s <= 3600, "--pacing-tick-s must be 0.05-3600"),
             (self.breaker_window_s > 0, "--breaker-window-s must be above 0"),
             (1 <= self.chunk_periods <= 86_400, "--chunk-periods must be 1-86400"),
@@ -365,10 +372,7 @@ class Settings:
                 f"--notice-key-id {self.notice_key_id!r} is not among the --notice-key ids",
             ),
             (active is None or bool(kids), "--notice-key-id needs --notice-key"),
-            (
-                10 <= self.notice_max_age_s <= 7 * 86400,
-                "--notice-max-age-s must be 10 s-7 days",
-            ),
+            (10 <= self.notice_max_age_s <= 7 * 86400, "--notice-max-age-s must be 10 s-7 days"),
         ]
 
     def _ledger_checks(self) -> list[tuple[bool, str]]:
@@ -381,15 +385,9 @@ class Settings:
                 BUCKET_NAME.fullmatch(self.archive_bucket) is not None,
                 "--archive-bucket must be an S3 bucket name (3-63 of a-z 0-9 . -)",
             ),
-            (
-                1 <= self.archive_retention_days <= 36500,
-                "--archive-retention-days must be 1-36500",
-            ),
+            (1 <= self.archive_retention_days <= 36500, "--archive-retention-days must be 1-36500"),
             (1 <= self.id_lease_ttl_s <= 300, "--id-lease-ttl-s must be 1-300"),
-            (
-                0 <= self.id_max_backwards_ms <= 10_000,
-                "--id-max-backwards-ms must be 0-10000",
-            ),
+            (0 <= self.id_max_backwards_ms <= 10_000, "--id-max-backwards-ms must be 0-10000"),
             (
                 KEY_NAMESPACE.fullmatch(self.key_namespace) is not None,
                 "--key-namespace must be 1-32 of A-Z a-z 0-9 _ -",
