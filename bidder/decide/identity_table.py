@@ -94,11 +94,14 @@ class IdentityTable:
         ProfileTable(self._client, self.table_name).ensure_table()
 
     def current_version(self) -> int | None:
-        """The version readers see, or None when no graph was ever loaded."""
+        """The version readers see, or None when no graph was ever loaded (or no table)."""
         with self._errors("current_version"):
-            answer = self._client.get_item(
-                TableName=self.table_name, Key={"k": {"S": VERSION_KEY}}, ConsistentRead=True
-            )
+            try:
+                answer = self._client.get_item(
+                    TableName=self.table_name, Key={"k": {"S": VERSION_KEY}}, ConsistentRead=True
+                )
+            except self._client.exceptions.ResourceNotFoundException:
+                return None
         item = answer.get("Item")
         return None if item is None else int(item["v"]["N"])
 
@@ -123,7 +126,7 @@ class IdentityTable:
             self._client.put_item(
                 TableName=self.table_name,
                 Item={"k": {"S": VERSION_KEY}, "v": {"N": str(graph.version)}},
-                # two loads at once: the lower version must not win
+                # a lower version never becomes current (two loads at once are unsupported)
                 ConditionExpression="attribute_not_exists(k) OR v < :new",
                 ExpressionAttributeValues={":new": {"N": str(graph.version)}},
             )

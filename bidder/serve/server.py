@@ -126,7 +126,7 @@ def _prepare_aws(settings: Settings, endpoint: str) -> None:
 def _check_identity_table(table: IdentityTable, endpoint: str) -> None:
     if table.current_version() is None:
         raise PrepareError(
-            f"--identity-table {table.table_name!r} at {endpoint} holds no graph:"
+            f"--identity-table {table.table_name!r} at {endpoint} has no graph:"
             " load one with `bidsim identity load`"
         )
 

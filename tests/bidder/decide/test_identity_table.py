@@ -218,5 +218,12 @@ def test_serving_from_a_table_without_a_graph_is_refused_at_start(
     table: IdentityTable, aws_endpoint: str
 ) -> None:
     settings = Settings(aws_endpoint=aws_endpoint, identity_table=table.table_name).validate()
-    with pytest.raises(PrepareError, match="holds no graph: load one with `bidsim identity load`"):
+    with pytest.raises(PrepareError, match="has no graph: load one with `bidsim identity load`"):
+        prepare_resources(settings)
+
+
+def test_serving_from_a_missing_table_is_refused_at_start(aws_endpoint: str) -> None:
+    name = f"missing-{uuid.uuid4().hex[:12]}"
+    settings = Settings(aws_endpoint=aws_endpoint, identity_table=name).validate()
+    with pytest.raises(PrepareError, match=f"--identity-table '{name}' at .* has no graph"):
         prepare_resources(settings)

@@ -14,7 +14,8 @@ from bidder.core.nobid import NoBid
 from bidder.decide.consent import ConsentPolicy
 from bidder.decide.eligibility import Candidate
 from bidder.decide.identity_graph import build_graph
-from bidder.decide.profile_cache import ProfileCache
+from bidder.decide.identity_table import IDENTITY_METRICS, CachedGraph, Entry
+from bidder.decide.profile_cache import FillCache, ProfileCache
 from bidder.decide.profiles import Profile
 from bidder.openrtb.request import parse_bid_request
 from bidder.pipeline.runner import Context
@@ -166,3 +167,20 @@ async def test_with_a_graph_caps_key_the_person_and_profiles_the_id() -> None:
     stage(ctx, 1.0)
     assert (ctx.user_key, ctx.profile) == ("g:b:u1", profile)
     cache.close()
+
+
+@pytest.mark.asyncio
+async def test_with_a_graph_table_a_miss_caps_the_id_and_the_next_request_the_person() -> None:
+    profiles = _cache({})
+    clusters = {"b:u1": ("b:u1", 1.0)}
+    identities = FillCache[Entry](
+        lambda keys: {k: clusters.get(k) for k in keys}, ManualClock(), series=IDENTITY_METRICS
+    )
+    stage = ProfileStage(profiles, graph=CachedGraph(identities))
+    first, second = _ctx(user={"buyeruid": "u1"}), _ctx(user={"buyeruid": "u1"})
+    stage(first, 1.0)
+    await identities.drain()
+    stage(second, 1.0)
+    assert (first.user_key, second.user_key) == ("b:u1", "g:b:u1")
+    profiles.close()
+    identities.close()
