@@ -163,6 +163,7 @@ class FillCache(Generic[V]):
         if problems:
             raise ValueError(f"invalid {series.name} cache config: " + "; ".join(problems))
         self._series = series
+        self._hits, self._misses = series.hit, series.miss  # one attribute each: the bid path
         self._fetch_many = fetch_many
         self._clock = clock
         self._entries: dict[str, tuple[float, Lookup[V]]] = {}
@@ -184,10 +185,10 @@ class FillCache(Generic[V]):
         now = self._clock.monotonic()
         if entry is not None and entry[0] > now:
             self.stats.hits += 1
-            self._series.hit.inc()
+            self._hits.inc()
             return entry[1]
         self.stats.misses += 1
-        self._series.miss.inc()
+        self._misses.inc()
         try:
             self._enqueue(key, now)
         except Exception:  # a bug here must not cost the request; the fill is just skipped
