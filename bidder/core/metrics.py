@@ -117,7 +117,7 @@ DEFERRED_REPLAYED = Counter(
     ["outcome"],
 )
 
-# --- overload: shedding before the body is read -------------------------------
+# --- overload: shedding before the body is parsed -----------------------------
 SHED = Counter("bidsim_shed", "Bid requests shed at once (204 overloaded), by cause.", ["cause"])
 SHED_IN_FLIGHT = SHED.labels("in_flight")
 SHED_LOOP_LAG = SHED.labels("loop_lag")

@@ -60,7 +60,7 @@ class NoBid(enum.Enum):
     # Anything late or broken.
     DEADLINE = "deadline"
     OVERLOADED = "overloaded"
-    """Shed at once, body unread: in-flight bound reached or event loop lagging."""
+    """Shed at once, body unparsed: in-flight bound reached or event loop lagging."""
     INTERNAL_ERROR = "internal_error"
 
     @property

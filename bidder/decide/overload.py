@@ -18,7 +18,7 @@ stall made requests 100 ms later shed with a one-deadline hold of 250 ms).
 
 The handler subtracts ``current()`` from its receipt time, so queueing counts
 against the deadline, and sheds a request at once (204 ``overloaded``, body
-unread) when the lag is over a bound (``LagShedder``: a high bound to start, a lower
+unparsed) when the lag is over a bound (``LagShedder``: a high bound to start, a lower
 one while overloaded) or when ``InFlightGate`` is full: answering "no" costs
 microseconds, queueing it costs every request behind it.
 

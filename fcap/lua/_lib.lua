@@ -76,3 +76,55 @@ local function keep_until(key, now, expiry)
     redis.call('PEXPIRE', key, int(need))
   end
 end
+
+-- Reserve-at-bid: decide each candidate of `spec_text` (per candidate: its rule count m,
+-- then m rules of five tokens: kind, limit, size, first field, field count). A candidate
+-- whose rules are all `under` their limits takes one impression in each (`take`, which
+-- returns the field's expiry), after one `prune_key` of the key. Returns the 1/0 flags
+-- and the latest expiry taken (0: none), for the caller's `keep_until`.
+local function grant_all(spec_text, under, take, prune_key, key, now)
+  local spec = {}
+  for t in string.gmatch(spec_text, '%S+') do
+    spec[#spec + 1] = t
+  end
+  local granted, pruned, last = {}, false, 0
+  local i = 1
+  while i <= #spec do
+    local m = tonumber(spec[i])
+    local rules, ok = {}, true
+    for r = 1, m do
+      local at = i + 1 + (r - 1) * 5
+      rules[r] = {spec[at], tonumber(spec[at + 2]), tonumber(spec[at + 3]), tonumber(spec[at + 4])}
+      ok = ok and under(spec[at], tonumber(spec[at + 1]), rules[r][3], rules[r][4])
+    end
+    i = i + 1 + m * 5
+    if ok then
+      if not pruned then
+        prune_key(key, now)
+        pruned = true
+      end
+      for _, rule in ipairs(rules) do
+        last = math.max(last, take(rule[1], rule[2], rule[3], rule[4]))
+      end
+    end
+    granted[#granted + 1] = ok and 1 or 0
+  end
+  return granted, last
+end
+
+-- The rules (read from ARGV[first], after their count) an impression at `t` still
+-- counts in, and the latest of their expiries (0: none).
+local function live_rules(first, t, now)
+  local live, last = {}, 0
+  local i = first + 1
+  for _ = 1, tonumber(ARGV[first]) do
+    local rule
+    rule, i = read_rule(i)
+    local expiry = impression_expiry(rule, t)
+    if expiry + SLACK_MS > now then
+      live[#live + 1] = rule
+      last = math.max(last, expiry)
+    end
+  end
+  return live, last
+end

@@ -24,17 +24,7 @@ end
 
 local key, mark = KEYS[1], KEYS[2]
 local now, t = tonumber(ARGV[1]), tonumber(ARGV[2])
-local live, last = {}, 0
-local i = 4
-for _ = 1, tonumber(ARGV[3]) do
-  local rule
-  rule, i = read_rule(i)
-  local expiry = impression_expiry(rule, t)
-  if expiry + SLACK_MS > now then
-    live[#live + 1] = rule
-    last = math.max(last, expiry)
-  end
-end
+local live, last = live_rules(3, t, now)
 if #live == 0 then
   return redis.call('EXISTS', mark) == 1 and 0 or 2
 end

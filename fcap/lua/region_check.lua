@@ -81,32 +81,7 @@ local function take(kind, size, first, count)
   return expiry
 end
 
-local spec = {}
-for t in string.gmatch(ARGV[4], '%S+') do
-  spec[#spec + 1] = t
-end
-local granted, pruned, last = {}, false, 0
-local i = 1
-while i <= #spec do
-  local m = tonumber(spec[i])
-  local rules, ok = {}, true
-  for r = 1, m do
-    local at = i + 1 + (r - 1) * 5
-    rules[r] = {spec[at], tonumber(spec[at + 2]), tonumber(spec[at + 3]), tonumber(spec[at + 4])}
-    ok = ok and under(spec[at], tonumber(spec[at + 1]), rules[r][3], rules[r][4])
-  end
-  i = i + 1 + m * 5
-  if ok then
-    if not pruned then
-      prune_slots(key, now)
-      pruned = true
-    end
-    for _, rule in ipairs(rules) do
-      last = math.max(last, take(rule[1], rule[2], rule[3], rule[4]))
-    end
-  end
-  granted[#granted + 1] = ok and 1 or 0
-end
+local granted, last = grant_all(ARGV[4], under, take, prune_slots, key, now)
 if last > 0 then
   keep_until(key, now, last)
 end

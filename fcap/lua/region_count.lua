@@ -10,17 +10,7 @@
 
 local key, mark, log = KEYS[1], KEYS[2], KEYS[3]
 local now, t, region = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local live, last = {}, 0
-local i = 5
-for _ = 1, tonumber(ARGV[4]) do
-  local rule
-  rule, i = read_rule(i)
-  local expiry = impression_expiry(rule, t)
-  if expiry + SLACK_MS > now then
-    live[#live + 1] = rule
-    last = math.max(last, expiry)
-  end
-end
+local live, last = live_rules(4, t, now)
 if #live == 0 then
   return redis.call('EXISTS', mark) == 1 and 0 or 2
 end

@@ -9,7 +9,7 @@ time. A request still arriving when its route's time is up is answered by the ro
 closed, since the rest of its bytes can't be told from the next request's.
 
 A body over the cap is not kept: the bytes are read and dropped so the connection
-stays in step, and the handler sees ``Request.body_over_cap``.
+stays in step, and the handler sees ``Request.over_cap``.
 """
 
 from __future__ import annotations

@@ -48,9 +48,10 @@ class HttpServer:
         handler = self._handlers.get((request.method, request.path))
         if handler is not None:
             return handler(request)
-        if request.path in self._paths:
-            return text(405, "method not allowed")
-        return text(404, "not found")
+        status = 405 if request.path in self._paths else 404
+        if request.method == "HEAD":  # an answer to HEAD has no body
+            return Response(status)
+        return text(status, "method not allowed" if status == 405 else "not found")
 
     def forget(self, conn: HttpProtocol) -> None:
         """A connection is gone."""

@@ -159,9 +159,15 @@ async def test_bytes_that_are_not_http_get_a_400_and_a_close(served: Served) -> 
 async def test_unknown_paths_are_404_and_other_methods_405(served: Served) -> None:
     _, server = served
     async with connect(server) as (reader, writer):
-        writer.write(get("/nowhere") + post("/boom", b"") + get("/echo"))
-        statuses = [(await read_answer(reader))[0] for _ in range(3)]
-        assert statuses == [404, 405, 200]
+        head = b"HEAD /echo HTTP/1.1\r\nHost: x\r\n\r\n"
+        writer.write(get("/nowhere") + post("/boom", b"") + head + get("/echo"))
+        answers = [await read_answer(reader) for _ in range(4)]
+        assert [(status, body) for status, _, body in answers] == [
+            (404, b"not found"),
+            (405, b"method not allowed"),
+            (405, b""),
+            (200, b"GET "),
+        ]
 
 
 @pytest.mark.asyncio
