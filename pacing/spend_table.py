@@ -25,9 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from bidder.adapters.aws import scan_items
+from bidder.adapters.aws import scan_items, table_errors
 from bidder.core.ledger import LedgerEntry
 from pacing.curves import day_of
 
@@ -149,14 +147,8 @@ class SpendTable:
         params = {"TableName": self.table_name, "ConsistentRead": True}
         return scan_items(self._client, params)
 
-    @contextlib.contextmanager
-    def _errors(self, operation: str) -> Iterator[None]:
-        try:
-            yield
-        except (ClientError, BotoCoreError) as exc:
-            raise SpendStoreError(
-                f"{operation} on table {self.table_name!r} failed: {exc}"
-            ) from exc
+    def _errors(self, operation: str) -> contextlib.AbstractContextManager[None]:
+        return table_errors(self._client, self.table_name, operation, SpendStoreError)
 
 
 def _key(pk: str) -> dict[str, dict[str, str]]:

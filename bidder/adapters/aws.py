@@ -12,6 +12,7 @@ once, and keep it. Calls block, so never make them on the event loop thread.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit
 import boto3
 from botocore.client import BaseClient
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 
 DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
@@ -68,3 +70,16 @@ def scan_items(client: BaseClient, params: dict[str, Any]) -> Iterator[dict[str,
         if "LastEvaluatedKey" not in page:
             return
         params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+@contextlib.contextmanager
+def table_errors(
+    client: Any, table_name: str, operation: str, error: type[Exception]
+) -> Iterator[None]:
+    """A boto3 failure inside becomes ``error``, naming the call, the table and the
+    endpoint (one line for a user; the boto3 exception is its cause)."""
+    try:
+        yield
+    except (ClientError, BotoCoreError) as exc:
+        endpoint = client.meta.endpoint_url
+        raise error(f"{operation} on table {table_name!r} at {endpoint} failed: {exc}") from exc

@@ -22,9 +22,8 @@ from typing import Any
 
 import orjson
 from boto3.dynamodb.table import BatchWriter
-from botocore.exceptions import BotoCoreError, ClientError
 
-from bidder.adapters.aws import scan_items
+from bidder.adapters.aws import scan_items, table_errors
 from bidder.core.clock import Clock, SystemClock
 
 DEFAULT_TABLE = "bidsim-campaigns"
@@ -122,15 +121,8 @@ class CampaignTable:
             params["Limit"] = self._page_size
         return scan_items(self._client, params)
 
-    @contextlib.contextmanager
-    def _errors(self, operation: str) -> Iterator[None]:
-        try:
-            yield
-        except (ClientError, BotoCoreError) as exc:
-            endpoint = self._client.meta.endpoint_url
-            raise StoreError(
-                f"{operation} on table {self.table_name!r} at {endpoint} failed: {exc}"
-            ) from exc
+    def _errors(self, operation: str) -> contextlib.AbstractContextManager[None]:
+        return table_errors(self._client, self.table_name, operation, StoreError)
 
 
 def _ids_of(docs: list[Doc]) -> list[str]:

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.table import BatchWriter
-from botocore.exceptions import BotoCoreError, ClientError
 
+from bidder.adapters.aws import table_errors
 from bidder.core import metrics
 from bidder.decide.identity_graph import DEFAULT_MIN_CONFIDENCE, IdentityGraph, place_in
 from bidder.decide.profile_cache import CacheMetrics, FillCache
@@ -165,15 +165,8 @@ class IdentityTable:
                 log.warning("identity %r in table %r: %s", key, self.table_name, exc)
         return result
 
-    @contextlib.contextmanager
-    def _errors(self, operation: str) -> Iterator[None]:
-        try:
-            yield
-        except (ClientError, BotoCoreError) as exc:
-            endpoint = self._client.meta.endpoint_url
-            raise IdentityStoreError(
-                f"{operation} on table {self.table_name!r} at {endpoint} failed: {exc}"
-            ) from exc
+    def _errors(self, operation: str) -> contextlib.AbstractContextManager[None]:
+        return table_errors(self._client, self.table_name, operation, IdentityStoreError)
 
 
 def _batch_writer(table_name: str, client: Any) -> BatchWriter:

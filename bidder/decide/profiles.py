@@ -13,7 +13,8 @@ from typing import Any, TypeGuard
 
 import orjson
 from boto3.dynamodb.table import BatchWriter
-from botocore.exceptions import BotoCoreError, ClientError
+
+from bidder.adapters.aws import table_errors
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +135,5 @@ class ProfileTable:
         # The low-level client is fine: the items are already in DynamoDB's wire format.
         return BatchWriter(self.table_name, self._client)
 
-    @contextlib.contextmanager
-    def _errors(self, operation: str) -> Any:
-        try:
-            yield
-        except (ClientError, BotoCoreError) as exc:
-            endpoint = self._client.meta.endpoint_url
-            raise ProfileStoreError(
-                f"{operation} on table {self.table_name!r} at {endpoint} failed: {exc}"
-            ) from exc
+    def _errors(self, operation: str) -> contextlib.AbstractContextManager[None]:
+        return table_errors(self._client, self.table_name, operation, ProfileStoreError)

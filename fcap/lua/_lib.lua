@@ -128,3 +128,16 @@ local function live_rules(first, t, now)
   end
   return live, last
 end
+
+-- Set the dedup mark of one impression, to live until its last rule expires. nil: its
+-- first count, go on; else the script's answer (0 counted before, 2 too late for every
+-- rule).
+local function first_count(mark, live, last, now)
+  if #live == 0 then
+    return redis.call('EXISTS', mark) == 1 and 0 or 2
+  end
+  if not redis.call('SET', mark, '1', 'NX', 'PX', int(last - now + SLACK_MS)) then
+    return 0
+  end
+  return nil
+end

@@ -25,11 +25,9 @@ end
 local key, mark = KEYS[1], KEYS[2]
 local now, t = tonumber(ARGV[1]), tonumber(ARGV[2])
 local live, last = live_rules(3, t, now)
-if #live == 0 then
-  return redis.call('EXISTS', mark) == 1 and 0 or 2
-end
-if not redis.call('SET', mark, '1', 'NX', 'PX', int(last - now + SLACK_MS)) then
-  return 0
+local answer = first_count(mark, live, last, now)
+if answer then
+  return answer
 end
 prune(key, now)
 for _, rule in ipairs(live) do

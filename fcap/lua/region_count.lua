@@ -11,11 +11,9 @@
 local key, mark, log = KEYS[1], KEYS[2], KEYS[3]
 local now, t, region = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local live, last = live_rules(4, t, now)
-if #live == 0 then
-  return redis.call('EXISTS', mark) == 1 and 0 or 2
-end
-if not redis.call('SET', mark, '1', 'NX', 'PX', int(last - now + SLACK_MS)) then
-  return 0
+local answer = first_count(mark, live, last, now)
+if answer then
+  return answer
 end
 prune_slots(key, now)
 local changes = {}
