@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from bidder.decide.identity import fallback_key, identify, network_key
@@ -51,6 +51,7 @@ def test_every_ipv6_address_of_a_slash_64_has_one_network_key(
     address: ipaddress.IPv6Address, host: int
 ) -> None:
     neighbour = ipaddress.IPv6Address((int(address) >> 64 << 64) | host)
+    assume(neighbour.ipv4_mapped is None)  # ::/64 holds ::ffff:0:0/96, IPv4 clients
     assert network_key(str(address)) == network_key(neighbour.exploded)
 
 
