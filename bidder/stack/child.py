@@ -36,7 +36,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from types import TracebackType
+from typing import Self, TypeVar
 
 START_TIMEOUT_S = 20.0
 STOP_GRACE_S = 3.0
@@ -44,6 +45,28 @@ PORT_ATTEMPTS = 4
 _POLL_S = 0.05
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _T = TypeVar("_T")
+
+
+class Started:
+    """A ``with`` block around ``start()`` and ``stop()``, for the local servers."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 class StackError(Exception):

@@ -29,7 +29,6 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import redis
@@ -42,6 +41,7 @@ from bidder.stack.child import (
     START_TIMEOUT_S,
     ChildProcess,
     StackError,
+    Started,
     free_port,
     retry_lost_port,
 )
@@ -156,7 +156,7 @@ class ValkeyNode:
         return self.running and info.get("process_id") == self.pid
 
 
-class LocalValkeyCluster:
+class LocalValkeyCluster(Started):
     def __init__(
         self, masters: int = MASTERS, timeout_s: float = START_TIMEOUT_S, replicas: int = 0
     ) -> None:
@@ -218,18 +218,6 @@ class LocalValkeyCluster:
     def kill(self, node: ValkeyNode) -> None:
         """``kill -9`` one node; it stays in ``nodes``, not running."""
         node.kill()
-
-    def __enter__(self) -> LocalValkeyCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def _create(self) -> None:
         addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]

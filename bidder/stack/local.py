@@ -24,7 +24,6 @@ import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
 import redis
 
@@ -33,6 +32,7 @@ from bidder.stack.child import (
     START_TIMEOUT_S,
     ChildProcess,
     StackError,
+    Started,
     free_port,
     retry_lost_port,
 )
@@ -87,7 +87,7 @@ def _check_aws(endpoint: str) -> None:
         raise StackError(f"AWS endpoint {endpoint} is not reachable (no HTTP answer)")
 
 
-class LocalStack:
+class LocalStack(Started):
     """Valkey and an AWS endpoint for the bidder: started here unless URLs are given.
 
     ``with LocalStack() as stack:`` then use ``stack.valkey_url`` (redis-py form) and
@@ -182,18 +182,6 @@ class LocalStack:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
         self._valkey_url = self._aws_endpoint = None
-
-    def __enter__(self) -> LocalStack:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def _start_valkey(self) -> str:
         if self._cluster_masters:

@@ -15,15 +15,14 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 
-from bidder.stack.child import START_TIMEOUT_S, ChildProcess, StackError
+from bidder.stack.child import START_TIMEOUT_S, ChildProcess, StackError, Started
 from bidder.stack.cluster import ValkeyNode
 
 MAX_REGIONS = 3
 
 
-class LocalRegions:
+class LocalRegions(Started):
     def __init__(
         self,
         names: tuple[str, ...],
@@ -72,15 +71,3 @@ class LocalRegions:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
-
-    def __enter__(self) -> LocalRegions:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

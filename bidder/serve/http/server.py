@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from bidder.serve.http.messages import DateLine, Request, Response, text
-from bidder.serve.http.protocol import Handler, HttpProtocol, Route
+from bidder.serve.http.protocol import HttpProtocol, Route
 
 IDLE_TIMEOUT_S = 75.0
 """A keep-alive connection with nothing to answer for this long is closed."""
@@ -33,7 +33,6 @@ class HttpServer:
         self.max_body_bytes = max_body_bytes
         self.date = DateLine()
         self.connections: set[HttpProtocol] = set()
-        self._handlers: dict[tuple[str, str], Handler] = {k: r.handler for k, r in routes.items()}
         self._paths = {path for _, path in routes}
         allowances = [r.arrive_within_s for r in routes.values()] or [10.0]
         self.shortest_arrival_s = min(allowances)
@@ -45,9 +44,9 @@ class HttpServer:
         self._all_closed = asyncio.Event()
 
     def dispatch(self, request: Request) -> Response | Awaitable[Response]:
-        handler = self._handlers.get((request.method, request.path))
-        if handler is not None:
-            return handler(request)
+        route = self.routes.get((request.method, request.path))
+        if route is not None:
+            return route.handler(request)
         status = 405 if request.path in self._paths else 404
         if request.method == "HEAD":  # an answer to HEAD has no body
             return Response(status)
