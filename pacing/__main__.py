@@ -1,6 +1,6 @@
 """``python -m pacing reconciler ...``: the reconciler alone, as ``bidsim serve`` and the
 tests start it as a child process: the same command as ``bidsim reconciler``, without
-loading the bidder's other commands (the model library among them), which took about
+loading the bidder's other commands (the model library among them), which cost about
 a second of CPU at every start."""
 
 import argparse
