@@ -202,7 +202,7 @@ def render_pacing(section: Mapping[str, Mapping[str, Any]]) -> str:
         ]
         supply = f"{ratio:>6.2f}x" if ratio is not None else f"{'-':>7}"
         lines.append(f"  {cid:<{width - 2}}{supply}  " + "  ".join(cells))
-        lines.append(f"    {_limits_text(entry.get('limits') or {})}")
+        lines.append(f"    {limits_text(entry.get('limits') or {})}")
         if entry.get("offline_range"):
             low, high = entry["offline_range"]["eod_spend_ratio"]
             lines.append(f"    offline EOD spend over its simulated days: {low:.1%}-{high:.1%}")
@@ -236,7 +236,8 @@ def render_shed(shed: Mapping[str, float | None]) -> str:
     return line
 
 
-def _limits_text(found: Mapping[str, float | None]) -> str:
+def limits_text(found: Mapping[str, float | None]) -> str:
+    """``limits`` in words: what bounds the day's figures on both sides."""
     reach, tail = found.get("achievable_eod_ratio"), found.get("max_bid_tail_ratio")
     noise = found.get("hourly_noise_ratio")
     parts = [
@@ -248,6 +249,6 @@ def _limits_text(found: Mapping[str, float | None]) -> str:
 
 
 __all__ = [
-    "BINDS_AT", "KEYS", "SHED", "OfflineSettings", "limits", "pacing_section", "render_pacing",
-    "render_shed", "shed_share", "sized",
+    "BINDS_AT", "KEYS", "SHED", "OfflineSettings", "limits", "limits_text", "pacing_section",
+    "render_pacing", "render_shed", "shed_share", "sized",
 ]  # fmt: skip

@@ -16,6 +16,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from bidder.replay.pacing_figures import KEYS as PACING_KEYS
+from bidder.replay.pacing_figures import limits_text, render_shed
 
 SECTIONS = (
     ("summary", "Summary"),
@@ -196,10 +197,13 @@ def _pacing(report: Mapping[str, Any], plots: Any) -> str:
             name,
             "-" if entry.get("supply_ratio") is None else f"{entry['supply_ratio']:.2f}x",
             *(_day_cell(entry, key) for key in PACING_KEYS),
+            _offline_eod_range(entry),
+            limits_text(entry.get("limits") or {}).removeprefix("limits: "),
         ]
         for name, entry in day.items()
     ]
-    head = ["campaign", "supply", "EOD spend", "max cum error", "hours in band"]
+    head = ["campaign", "supply", "EOD spend", "max cum error", "hours in band",
+            "offline EOD range", "limits"]  # fmt: skip
     parts.append(
         '<p class="note">Spend per simulated hour (bars) against the pacing target (steps),'
         " and the offline simulator's spend on the same day where it ran (dashed).</p>"
@@ -207,7 +211,15 @@ def _pacing(report: Mapping[str, Any], plots: Any) -> str:
     parts.append(plots.pacing_day(day))
     parts.append(table(head, rows))
     parts.append('<p class="note">Each figure: live | offline simulator (docs/pacing.md).</p>')
+    shed = render_shed(report.get("pacing_day_shed") or {}).strip()
+    parts.append(f'<p class="note">{escape(shed)}.</p>')
     return "".join(parts)
+
+
+def _offline_eod_range(entry: Mapping[str, Any]) -> str:
+    """The least and greatest EOD spend of the simulated days."""
+    bounds = (entry.get("offline_range") or {}).get("eod_spend_ratio")
+    return f"{bounds[0]:.1%}-{bounds[1]:.1%}" if bounds else "-"
 
 
 def _setting(value: object) -> str:

@@ -63,13 +63,16 @@ def page(report: dict[str, Any], tmp_path: Path) -> Path:
 
 def with_a_pacing_day(report: dict[str, Any]) -> dict[str, Any]:
     """``report`` as if k1 had run a whole simulated day against a flat target."""
-    figures = {"k1": {"target_by_hour": [1_000_000] * 24, "spend_by_hour": [900_000] * 24}}
+    k1 = {"target_by_hour": [1_000_000] * 24, "spend_by_hour": [900_000] * 24, "wins": 2_400}
+    figures = {"k1": k1}
     offline = OfflineSettings(nodes=2, tick_s=360.0, chunk_periods=96, breaker_window_s=3600)
-    day = pacing_section(figures, budgets_of([campaign("k1", 24_000_000)]), None, offline)
+    supply = {"k1": {"spend_by_hour": [2_000_000] * 24, "ecpm_usd": 2.0}}
+    day = pacing_section(figures, budgets_of([campaign("k1", 24_000_000)]), supply, offline)
     return {
         **report,
         "pacing": settings_in_force(None, 0.0625),
         "pacing_day": day,
+        "pacing_day_shed": {"live": 0.094, "calibration": 0.012},
         "pacing_day_settings": {**dataclasses.asdict(offline), "speed": 5760.0},
     }
 
@@ -95,7 +98,23 @@ def _section(html: str, key: str) -> str:
 def test_the_pacing_day_section_plots_the_day_and_names_the_settings(day_page: Path) -> None:
     pacing = _section(day_page.read_text(), "pacing")
     assert pacing.count("<svg") == 1
-    for shown in ("kp", "built-in defaults", "tick s", "0.0625", "speed", "90.0% | -"):
+    for shown in ("kp", "built-in defaults", "tick s", "0.0625", "speed", "90.0% | "):
+        assert shown in pacing, shown
+
+
+def test_the_pacing_day_section_shows_the_limits_the_offline_range_and_the_shed_share(
+    day_page: Path,
+) -> None:
+    pacing = _section(day_page.read_text(), "pacing")
+    low, high = with_a_pacing_day({})["pacing_day"]["k1"]["offline_range"]["eod_spend_ratio"]
+    for shown in (
+        "offline EOD range",
+        f"{low:.1%}-{high:.1%}",
+        "supply allows 100.0% of the budget",
+        "leases at the maximum bid can leave",
+        "an hour&#x27;s spend varies",
+        "load shed (overloaded, deadline): live 9.4%, calibration 1.2%",
+    ):
         assert shown in pacing, shown
 
 
