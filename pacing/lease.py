@@ -28,8 +28,9 @@ and off its lease generation's total, once per node and generation, and only whi
 generation is unexpired (after expiry the cap has already dropped it). Sound because a
 remainder is what was granted minus what the node *debited*, and every debit reaches the
 ledger: ``grants - applied - remainder`` still bounds what the other nodes can spend, as
-long as nothing is debited to the departed node afterwards (it stops serving first;
-notices of its bids reach the other nodes, which debit their own leases). Its later
+long as nothing is debited to the departed node afterwards (it stops serving first,
+takes the debits routed to it before it returns, and from then on the workers that
+receive notices of its bids debit their own leases: ``pacing.debits``). Its later
 ledger entries are subtracted when applied, like everyone's; the floor at 0 holds.
 
 Chunk size: ``budget / nodes / chunk_periods_per_day``. The default 288 periods (five
@@ -177,24 +178,22 @@ class FleetAccounts:
         costs: np.ndarray,
         now_ms: int,
         max_cost: int,
-        route: np.ndarray | None = None,
     ) -> np.ndarray:
         """Wins in time order: ``bidders[k]`` bid win ``k`` of ``costs[k]``, only while its
         account still covered ``max_cost`` (the live node's bid-time check,
-        ``LeaseAccount.covers``); ``route[k]``: the node whose account the notice debits
-        (live, the worker the notice reaches; default: the bidder). Returns each node's
-        debits; an account may go below zero, as a live one does."""
+        ``LeaseAccount.covers``), and the win is debited to its account (live, the
+        notice is routed to the worker that bid: ``pacing.debits``). Returns each node's
+        debits; an account may go below zero by the last win's cost less ``max_cost``."""
         nodes = len(self.spent)
         got = np.zeros(nodes, dtype=np.int64)
         if self.lease is None or not self.live(now_ms) or not len(costs):
             return got
         bidder = bidders.tolist()
-        debited = bidder if route is None else route.tolist()
         room = (self.lease.amount_micros - self.spent - max_cost).tolist()
         for k, cost in enumerate(costs.tolist()):
             if room[bidder[k]] >= 0:
-                room[debited[k]] -= cost
-                got[debited[k]] += cost
+                room[bidder[k]] -= cost
+                got[bidder[k]] += cost
         self.spent += got
         return got
 

@@ -15,6 +15,7 @@ import logging
 from redis.exceptions import RedisError
 
 from bidder.core.clock import Clock
+from pacing.debits import DebitInbox
 from pacing.lease import LeaseFormatError
 from pacing.lease_store import LeaseReader
 from pacing.node import NodePacer
@@ -30,8 +31,11 @@ def refresh_interval_s(lease_refresh_s: float, tick_s: float) -> float:
     return min(lease_refresh_s, tick_s / 2)
 
 
-async def refresh_once(pacer: NodePacer, reader: LeaseReader, clock: Clock) -> bool:
-    """Heartbeat and reload the leases; on any failure only unexpired leases spend."""
+async def refresh_once(
+    pacer: NodePacer, reader: LeaseReader, clock: Clock, inbox: DebitInbox | None = None
+) -> bool:
+    """Heartbeat and reload the leases, then debit what other workers billed of this
+    node's bids (``pacing.debits``); on any failure only unexpired leases spend."""
     try:
         leases = await reader.refresh(clock.wall_ms())
     except (TimeoutError, RedisError, OSError, LeaseFormatError) as exc:
@@ -40,7 +44,22 @@ async def refresh_once(pacer: NodePacer, reader: LeaseReader, clock: Clock) -> b
         pacer.unavailable()
         return False
     pacer.install(leases)
+    if inbox is not None:
+        await take_debits(pacer, inbox)
     return True
+
+
+async def take_debits(pacer: NodePacer, inbox: DebitInbox, leaving: bool = False) -> None:
+    """Debit what the other workers billed of this node's bids; when Valkey fails, the
+    debits wait there for the next refresh."""
+    try:
+        async with asyncio.timeout(1.0):
+            owed = await inbox.take(leaving)
+    except (TimeoutError, RedisError, OSError) as exc:
+        log.warning("pacing: routed debits not taken (next refresh): %s", exc)
+        return
+    for campaign_id, micros in owed.items():
+        pacer.debit(campaign_id, micros)
 
 
 async def run_refresher(
@@ -49,20 +68,27 @@ async def run_refresher(
     clock: Clock,
     interval_s: float = 1.0,
     timeout_s: float = 0.5,
+    inbox: DebitInbox | None = None,
 ) -> None:
     """Refresh every ``interval_s`` until cancelled (``return_leases`` deregisters)."""
     while True:
         try:
             async with asyncio.timeout(timeout_s):
-                await refresh_once(pacer, reader, clock)
+                await refresh_once(pacer, reader, clock, inbox)
         except TimeoutError:
             pacer.unavailable()
         await asyncio.sleep(interval_s)
 
 
-async def return_leases(pacer: NodePacer, reader: LeaseReader, timeout_s: float = 1.0) -> bool:
+async def return_leases(
+    pacer: NodePacer, reader: LeaseReader, timeout_s: float = 1.0, inbox: DebitInbox | None = None
+) -> bool:
     """Leave the live set and give every lease back (shutdown, once the refresher has
-    stopped); False if Valkey could not be told: the leases then simply expire."""
+    stopped); False if Valkey could not be told: the leases then simply expire. With
+    ``inbox``, the debits other workers routed here are taken first (and no more are
+    routed), so the remainders returned count them."""
+    if inbox is not None:
+        await take_debits(pacer, inbox, leaving=True)
     held = pacer.surrender()
     try:
         async with asyncio.timeout(timeout_s):

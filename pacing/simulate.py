@@ -102,9 +102,10 @@ class Scenario:
     """From ``runaway_at_s`` nodes ignore the rate and supply grows by this factor."""
     max_cost_micros: int = 0
     """The most one impression can cost (the campaign's maximum bid): a node bids only
-    while its lease account covers it, as the live node does, and a win's notice debits
-    the account of any node, as live notices reach any worker. 0: a node spends its
-    lease to the last micro."""
+    while its lease account covers it, as the live node does, and a win is debited to
+    the node that bid (live, the notice is routed to it: ``pacing.debits``; the live
+    debit lands up to one lease refresh later, which this does not model). 0: a node
+    spends its lease to the last micro."""
 
     @property
     def chunk(self) -> int:
@@ -247,8 +248,7 @@ class _Day:
             wins, costs = self._wins(per_node, shifted)
             order = self.rng.permutation(len(costs))  # the nodes' wins interleave in time
             bidders = np.repeat(np.arange(sc.nodes), wins)[order]
-            route = self.rng.integers(0, sc.nodes, len(costs))  # notices reach any node
-            spent = self.fleet.spend_wins(bidders, costs[order], now_ms, sc.max_cost_micros, route)
+            spent = self.fleet.spend_wins(bidders, costs[order], now_ms, sc.max_cost_micros)
             return spent, rate
         return self.fleet.spend_up_to(self._draw(per_node, shifted), now_ms), rate
 

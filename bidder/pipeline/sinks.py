@@ -9,14 +9,16 @@ local, which is what makes a retry safe:
   id, so a failed count is retried in the background a few times. It also counts
   viewability notices (``on_viewable``) for campaigns whose caps count viewable
   impressions; the same refusal makes a replayed view notice count once.
-- ``LeaseDebit`` charges the real cost to this node's lease of the campaign
-  (``pacing``); it touches only process memory.
+- ``LeaseDebit`` charges the real cost to the lease of the node that made the bid
+  (``pacing.debits``): this node's own in process memory, another's through Valkey,
+  and this node's when Valkey does not answer or the bidder has left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from bidder.core.clock import Clock
 from bidder.core.tasks import TaskSet
@@ -24,7 +26,9 @@ from bidder.core.tokens import NoticeClaims
 from bidder.pipeline.campaign_book import CampaignBook
 from bidder.winloop.billing import BilledImpression
 from fcap import CountOutcome, FcapUnavailable, FrequencyCapper
+from ids import decode
 from pacing import NodePacer
+from pacing.debits import DebitOutbox
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +89,35 @@ class CapCounter:
         )
 
 
+ROUTED_DEBIT_TIMEOUT_S = 0.5
+"""Below the sink timeout: a debit that can't be sent by then is charged here."""
+
+
 class LeaseDebit:
-    def __init__(self, pacer: NodePacer):
+    def __init__(
+        self,
+        pacer: NodePacer,
+        worker: Callable[[], int | None] = lambda: None,
+        outbox: DebitOutbox | None = None,
+    ):
+        """``worker``: this process's Snowflake worker id now; ``outbox``: where the
+        debits of other workers' bids go (None: every debit is charged here)."""
         self._pacer = pacer
+        self._worker = worker
+        self._outbox = outbox
 
     async def on_billed(self, impression: BilledImpression) -> None:
-        self._pacer.debit(impression.claims.campaign_id, impression.cost_micros)
+        campaign_id, cost = impression.claims.campaign_id, impression.cost_micros
+        bidder = decode(impression.claims.bid_id).worker
+        if self._outbox is None or bidder == self._worker():
+            self._pacer.debit(campaign_id, cost)
+            return
+        try:
+            async with asyncio.timeout(ROUTED_DEBIT_TIMEOUT_S):
+                if await self._outbox.send(bidder, campaign_id, cost):
+                    return
+        except Exception as exc:  # any Valkey fault: this node's lease pays instead
+            log.warning(
+                "debit of bid %d not sent to worker %d: %s", impression.claims.bid_id, bidder, exc
+            )
+        self._pacer.debit(campaign_id, cost)  # not sent, or the bidder has left

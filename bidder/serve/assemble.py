@@ -20,7 +20,6 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -76,6 +75,7 @@ from ids.snowflake import Snowflake
 from ids.worker_lease import WorkerLease
 from models.serving import Pricer
 from pacing import NodePacer
+from pacing.debits import DebitInbox, DebitOutbox
 from pacing.lease_store import LeaseReader
 from pacing.refresher import refresh_interval_s, return_leases, run_refresher
 
@@ -107,7 +107,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
     pacer = NodePacer(pacing_node_id(os.getpid()), clock)
     generator, lease = await _leased_ids(settings, stores.valkey, clock)
     win = await _win_loop(
-        settings, settings.aws_endpoint, clock, stores, inputs.book, pacer, generator.next_id
+        settings, settings.aws_endpoint, clock, stores, inputs.book, pacer, generator
     )
     signer = _signer(settings)
     state = BidderState(
@@ -129,11 +129,12 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
     heartbeat_ms = round(3 * settings.pacing_tick_s * 1000 * clock.speed)
     lease_reader = LeaseReader(stores.valkey, pacer.node_id, max(heartbeat_ms, 15_000))
     refresh_s = refresh_interval_s(settings.lease_refresh_s, settings.pacing_tick_s)
+    inbox = DebitInbox(stores.valkey, lambda: generator.worker)
     state.background += [
         lease.keep,
         win.producer.run,
         partial(win.journal.run, win.biller.replay),
-        partial(run_refresher, pacer, lease_reader, clock, refresh_s),
+        partial(run_refresher, pacer, lease_reader, clock, refresh_s, inbox=inbox),
         *_refreshers(settings, inputs),
         partial(stores.capper.keep_counted_fresh, clock),
         partial(run_flusher, settings.metrics_flush_s),
@@ -141,7 +142,7 @@ async def build_state(settings: Settings, clock: Clock | None = None) -> BidderS
     state.closers += [
         win.journal.close,
         win.producer.close,
-        partial(return_leases, pacer, lease_reader),  # after the flush: see bidder.serve.worker
+        partial(return_leases, pacer, lease_reader, inbox=inbox),  # after the flush: see worker
         lease.release,
         inputs.profiles.close,
         *([inputs.identities.cache.close] if isinstance(inputs.identities, CachedGraph) else []),
@@ -247,17 +248,19 @@ async def _win_loop(
     stores: _Stores,
     book: CampaignBook,
     pacer: NodePacer,
-    next_id: Callable[[], int],
+    ids: Snowflake,
 ) -> _WinLoop:
-    """The win path's parts; ``next_id`` gives ledger ids."""
+    """The win path's parts; ``ids`` gives ledger ids and names this worker, whose
+    leases pay for its own bids (``pacing.debits``)."""
     producer = await ledger_producer(settings, endpoint, clock)
     journal = await deferred_journal(settings, endpoint, clock)
     caps = CapCounter(stores.capper, book, clock)
-    sinks: list[ImpressionSink] = [caps, LeaseDebit(pacer)]
+    debit = LeaseDebit(pacer, lambda: ids.worker, DebitOutbox(stores.valkey))
+    sinks: list[ImpressionSink] = [caps, debit]
     biller = Biller(
         stores.valkey,
         producer,
-        next_id,
+        ids.next_id,
         clock,
         sinks,
         dedup_ttl_ms=round(settings.notice_max_age_s * 1000) + _DEDUP_SLACK_MS,

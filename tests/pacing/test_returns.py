@@ -14,6 +14,7 @@ from redis.crc import key_slot
 
 from bidder.core.clock import ManualClock
 from bidder.core.nobid import NoBid
+from pacing.debits import DebitInbox, DebitOutbox
 from pacing.lease import Lease, LeaseAccount, ReturnedLease
 from pacing.lease_store import (
     LeaseReader,
@@ -130,6 +131,25 @@ async def test_a_node_that_returned_its_leases_admits_nothing(
     assert await return_leases(pacer, reader)
     assert pacer.admit("c1", 1) is NoBid.NO_LEASE
     assert writer.read_returns(["node-a"]) == [ReturnedLease("node-a", "c1", 1, 750)]
+
+
+@pytest.mark.asyncio
+async def test_a_returned_remainder_counts_the_debits_other_workers_routed_here(
+    writer: LeaseWriter, reader: LeaseReader, valkey_url: str, prefix: str
+) -> None:
+    clock = ManualClock(start_wall_ms=T0)
+    pacer = NodePacer("node-a", clock, rng=lambda: 0.0)
+    writer.write(["node-a"], {"c1": OLD}, 10_000)
+    client = aioredis.Redis.from_url(valkey_url)
+    try:
+        inbox, outbox = DebitInbox(client, lambda: 9, prefix), DebitOutbox(client, prefix)
+        await refresh_once(pacer, reader, clock, inbox)
+        assert await outbox.send(9, "c1", 400)
+        assert await return_leases(pacer, reader, inbox=inbox)
+        assert not await outbox.send(9, "c1", 100)  # the senders pay from now on
+    finally:
+        await client.aclose()
+    assert writer.read_returns(["node-a"]) == [ReturnedLease("node-a", "c1", 1, 600)]
 
 
 def test_settled_returns_are_logged_and_only_the_applied_fields_deleted(
