@@ -78,6 +78,16 @@ def grant_per_node(budget: int, spent: int, exposure: int, nodes: int, chunk: in
     return min(chunk, available // nodes)
 
 
+def tail_holders(available: int, nodes: int, max_cost: int) -> int:
+    """How many of ``nodes`` to split ``available`` over: all of them while each share
+    covers one impression at ``max_cost`` (a node bids only while its lease does), else
+    as many as it covers whole, at least one. Split evenly, the end of a budget would
+    leave up to ``nodes x max_cost`` in leases no node can bid from."""
+    if max_cost <= 0 or nodes <= 1 or available // nodes >= max_cost:
+        return nodes
+    return max(1, min(nodes, available // max_cost))
+
+
 def is_live(expires_ms: int, now_ms: int) -> bool:
     """A lease is spendable strictly before its expiry instant."""
     return now_ms < expires_ms
@@ -155,11 +165,15 @@ class FleetAccounts:
     def __init__(self, nodes: int) -> None:
         self.lease: Lease | None = None
         self.spent = np.zeros(nodes, dtype=np.int64)
+        self.amounts = np.zeros(nodes, dtype=np.int64)
 
-    def install(self, lease: Lease) -> None:
+    def install(self, lease: Lease, holders: int | None = None) -> None:
+        """``lease`` for the first ``holders`` nodes (default: all), empty for the rest."""
         if self.lease is None or self.lease.lease_id != lease.lease_id:
             self.spent[:] = 0
         self.lease = lease
+        self.amounts[:] = 0
+        self.amounts[: len(self.amounts) if holders is None else holders] = lease.amount_micros
 
     def live(self, now_ms: int) -> bool:
         return self.lease is not None and is_live(self.lease.expires_ms, now_ms)
@@ -168,7 +182,7 @@ class FleetAccounts:
         """Debit each node's ``want`` as far as its lease allows; returns what was debited."""
         if self.lease is None or not self.live(now_ms):
             return np.zeros_like(want)
-        got = take(want, self.lease.amount_micros - self.spent)
+        got = take(want, self.amounts - self.spent)
         self.spent += got
         return got
 
@@ -189,7 +203,7 @@ class FleetAccounts:
         if self.lease is None or not self.live(now_ms) or not len(costs):
             return got
         bidder = bidders.tolist()
-        room = (self.lease.amount_micros - self.spent - max_cost).tolist()
+        room = (self.amounts - self.spent - max_cost).tolist()
         for k, cost in enumerate(costs.tolist()):
             if room[bidder[k]] >= 0:
                 room[bidder[k]] -= cost
@@ -225,10 +239,22 @@ class _Generation:
     lease_id: int
     per_node: int
     nodes: int
+    """The nodes holding it (``Kept.holders``)."""
     total_micros: int
     expires_ms: int
+    fleet: int
+    """The live nodes when it was granted: holders, and the rest with an empty lease."""
     returned_by: set[str] = field(default_factory=set)
     """Nodes whose remainder of this generation was taken off already."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """The newest lease out, worth keeping on the nodes instead of a smaller grant."""
+
+    lease: Lease
+    holders: int
+    """How many of the live nodes hold it (the rest hold an empty lease)."""
 
 
 class LeaseBook:
@@ -261,20 +287,32 @@ class LeaseBook:
         self._exposure = max(0, min(left, sum(g.total_micros for g in self._live)))
         return self._exposure
 
-    def record(self, lease_id: int, per_node: int, nodes: int, expires_ms: int) -> None:
+    def record(
+        self, lease_id: int, per_node: int, nodes: int, expires_ms: int, fleet: int | None = None
+    ) -> None:
+        """A grant of ``per_node`` to ``nodes`` of ``fleet`` live nodes (default: all)."""
         if per_node > 0 and nodes > 0:
-            self._live.append(_Generation(lease_id, per_node, nodes, per_node * nodes, expires_ms))
-            self._exposure += per_node * nodes
+            total = per_node * nodes
+            gen = _Generation(lease_id, per_node, nodes, total, expires_ms, fleet or nodes)
+            self._live.append(gen)
+            self._exposure += total
 
-    def keepable(self, per_node: int, nodes: int) -> Lease | None:
-        """The newest lease out, when it allows each node more than ``per_node`` and was
-        granted to as many nodes: re-sending it (same id: nodes keep what they spent from
-        it) grants nothing new, where a smaller fresh lease would replace it on the
-        nodes while the exposure still holds it whole. Call after ``observe``."""
+    def keepable(self, per_node: int, nodes: int) -> Kept | None:
+        """The newest lease out, when it allows each holder more than ``per_node`` and was
+        granted when as many nodes were live: keeping it (same id: nodes keep what they
+        spent from it) grants nothing new, where a smaller fresh lease would replace it
+        on the nodes while the exposure still holds it whole. Call after ``observe``."""
         gen = self._live[-1] if self._live else None
-        if gen is None or gen.per_node <= per_node or gen.nodes != nodes or gen.returned_by:
+        if gen is None or gen.per_node <= per_node or gen.fleet != nodes or gen.returned_by:
             return None
-        return Lease(gen.lease_id, gen.per_node, gen.expires_ms, 0)
+        return Kept(Lease(gen.lease_id, gen.per_node, gen.expires_ms, 0), gen.nodes)
+
+    def renew(self, lease_id: int, expires_ms: int) -> None:
+        """Extend a live generation's expiry: its nodes keep spending it, and the
+        exposure keeps counting it, until then. Call after ``observe``."""
+        for gen in self._live:
+            if gen.lease_id == lease_id:
+                gen.expires_ms = max(gen.expires_ms, expires_ms)
 
     def give_back(self, node: str, lease_id: int, micros: int) -> int:
         """Take ``node``'s unspent remainder of lease ``lease_id`` off the exposure.

@@ -90,6 +90,14 @@ def decode_returned(node_id: str, raw: Mapping[Any, Any]) -> list[ReturnedLease]
     return out
 
 
+def write_args(leases: Mapping[str, Lease], ttl_ms: int) -> list[Any]:
+    """``write_leases.lua``'s arguments for one node."""
+    args: list[Any] = [max(ttl_ms, 1)]
+    for campaign_id, lease in leases.items():
+        args += [campaign_id, lease.encode()]
+    return args
+
+
 def returned_field(item: ReturnedLease) -> str:
     return f"{item.lease_id}:{item.campaign_id}"
 
@@ -108,10 +116,14 @@ class LeaseWriter:
 
     def write(self, nodes: Sequence[str], leases: Mapping[str, Lease], ttl_ms: int) -> None:
         """Give every node in ``nodes`` the same ``leases``, gone from Valkey after ``ttl_ms``."""
-        args: list[Any] = [max(ttl_ms, 1)]
-        for campaign_id, lease in leases.items():
-            args += [campaign_id, lease.encode()]
-        WRITE_LEASES.run_pipelined(self._client, [(self._write_keys(node), args) for node in nodes])
+        self.write_each(dict.fromkeys(nodes, leases), ttl_ms)
+
+    def write_each(self, leases: Mapping[str, Mapping[str, Lease]], ttl_ms: int) -> None:
+        """Give each node its own leases (node -> campaign -> lease), one pipeline."""
+        calls = [
+            (self._write_keys(node), write_args(held, ttl_ms)) for node, held in leases.items()
+        ]
+        WRITE_LEASES.run_pipelined(self._client, calls)
 
     def _write_keys(self, node: str) -> list[str]:
         return [leases_key(node, self._prefix), gone_key(node, self._prefix)]

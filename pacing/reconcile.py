@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bidder.core.campaigns import Campaign
-from bidder.core.ledger import LedgerEntry
+from bidder.core.ledger import LedgerEntry, cost_of
 from pacing.breaker import Breaker
 from pacing.curves import BUILTIN, DAY_S, Curve, day_of, resolve_curve, second_of_day
 from pacing.lease import (
@@ -44,6 +44,7 @@ from pacing.lease import (
     chunk_micros,
     expiry_ms,
     grant_per_node,
+    tail_holders,
 )
 from pacing.pid import Pid, PidGains
 from pacing.stream_lag import DEFAULT_THRESHOLD_S
@@ -98,6 +99,9 @@ class Budget:
     daily_budget_micros: int
     curve: Curve
     active: bool = True
+    max_cost_micros: int = 0
+    """The most one impression can cost (its maximum bid): a node bids only while its
+    lease covers it, so the end of the budget goes to as few nodes as that takes."""
 
 
 def budget_of(campaign: Campaign, curves: Mapping[str, Curve] = BUILTIN) -> Budget:
@@ -108,6 +112,7 @@ def budget_of(campaign: Campaign, curves: Mapping[str, Curve] = BUILTIN) -> Budg
         campaign.daily_budget_micros,
         resolve_curve(campaign.pacing_curve, curves),
         campaign.active,
+        cost_of(campaign.max_bid_cpm_micros),
     )
 
 
@@ -128,6 +133,9 @@ class Plan:
     """The breaker opened on this tick."""
     returned: tuple[tuple[ReturnedLease, int], ...] = ()
     """Departed nodes' records considered on this tick, each with what it took off."""
+    holders: int | None = None
+    """How many of the live nodes get ``lease`` (the first, in ``node_leases`` order);
+    the others get it empty. None: all of them."""
 
     @property
     def returned_micros(self) -> int:
@@ -136,6 +144,19 @@ class Plan:
     @property
     def rate(self) -> float:
         return self.lease.rate_ppm / RATE_SCALE
+
+
+def node_leases(nodes: Sequence[str], plans: Sequence[Plan]) -> dict[str, dict[str, Lease]]:
+    """Each live node's leases of a tick: a plan's lease for its ``holders`` first nodes
+    (sorted by id, so a renewed lease reaches the same ones), an empty one for the rest."""
+    ordered = sorted(nodes)
+    out: dict[str, dict[str, Lease]] = {node: {} for node in ordered}
+    for plan in plans:
+        holders = len(ordered) if plan.holders is None else plan.holders
+        empty = dataclasses.replace(plan.lease, amount_micros=0)
+        for k, node in enumerate(ordered):
+            out[node][plan.campaign_id] = plan.lease if k < holders else empty
+    return out
 
 
 class CampaignPacer:
@@ -170,27 +191,42 @@ class CampaignPacer:
         tripped = self._observe(now_s, spent, target)
         rate = self._control(now_s, spent, target)
         paused = self.breaker.open or not b.active
+        self.book.observe(now_ms, spent)
+        returned = tuple((r, self.book.give_back(r.node, r.lease_id, r.micros)) for r in returns)
+        if paused:
+            lease, holders = Lease(lease_id, 0, expiry_ms(now_ms, cfg.tick_ms), 0), nodes
+        else:
+            lease, holders = self._lease(now_ms, spent, nodes, lease_id, round(rate * RATE_SCALE))
+        return Plan(
+            b.campaign_id, lease, target, spent, self.book.exposure, self.book.overdrawn,
+            paused, tripped, returned, holders,
+        )  # fmt: skip
+
+    def _lease(
+        self, now_ms: int, spent: int, nodes: int, lease_id: int, rate_ppm: int
+    ) -> tuple[Lease, int]:
+        """This tick's lease and how many of the ``nodes`` hold it (``Plan.holders``)."""
+        b, cfg, book = self.budget, self.config, self.book
         chunk = cfg.chunk_micros or chunk_micros(
             b.daily_budget_micros, max(nodes, 1), cfg.chunk_periods_per_day
         )
-        self.book.observe(now_ms, spent)
-        returned = tuple((r, self.book.give_back(r.node, r.lease_id, r.micros)) for r in returns)
-        outstanding = self.book.exposure
-        per_node = 0 if paused else grant_per_node(
-            b.daily_budget_micros, spent, outstanding, nodes, chunk
-        )  # fmt: skip
-        rate_ppm = 0 if paused else round(rate * RATE_SCALE)
-        kept = None if paused else self.book.keepable(per_node, nodes)
-        if kept is not None:  # what is left of the budget is out already: no empty lease
-            lease = dataclasses.replace(kept, rate_ppm=rate_ppm)
-        else:
-            expires = expiry_ms(now_ms, cfg.tick_ms)
-            self.book.record(lease_id, per_node, nodes, expires)
-            lease = Lease(lease_id, per_node, expires, rate_ppm)
-        return Plan(
-            b.campaign_id, lease, target, spent, self.book.exposure, self.book.overdrawn,
-            paused, tripped, returned,
-        )  # fmt: skip
+        expires = expiry_ms(now_ms, cfg.tick_ms)
+        available = b.daily_budget_micros - spent - book.exposure
+        holders = tail_holders(available, nodes, b.max_cost_micros)
+        per_node = grant_per_node(b.daily_budget_micros, spent, book.exposure, holders, chunk)
+        kept = book.keepable(per_node, nodes)
+        if kept is None:
+            book.record(lease_id, per_node, holders, expires, nodes)
+            return Lease(lease_id, per_node, expires, rate_ppm), holders
+        # What is left of the budget is out already: keep that lease, no smaller one.
+        # While its holders can still bid from it, renew it, so it never lapses before
+        # the next tick lands; once they cannot, let it lapse, and the tick after its
+        # expiry splits the rest over fewer nodes (``tail_holders``).
+        lease = dataclasses.replace(kept.lease, rate_ppm=rate_ppm)
+        if book.exposure >= kept.holders * max(b.max_cost_micros, 1):
+            book.renew(lease.lease_id, expires)
+            lease = dataclasses.replace(lease, expires_ms=expires)
+        return lease, kept.holders
 
     def _observe(self, now_s: float, spent: int, target: int) -> bool:
         if self._last_s is None or now_s <= self._last_s:

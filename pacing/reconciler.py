@@ -38,7 +38,6 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 from botocore.exceptions import BotoCoreError, ClientError
@@ -54,7 +53,7 @@ from bidder.core.clock import Clock, SystemClock, real_ttl_ms
 from bidder.core.ledger import LedgerEntry, LedgerFormatError, decode_entry
 from pacing.curves import BUILTIN, Curve, CurveError, day_of
 from pacing.lease import Lease, ReturnedLease, expiry_ms
-from pacing.lease_store import WRITE_LEASES, LeaseWriter
+from pacing.lease_store import WRITE_LEASES, LeaseWriter, write_args
 from pacing.reconcile import (
     AdvertiserMismatch,
     Budget,
@@ -63,6 +62,7 @@ from pacing.reconcile import (
     TickResult,
     advertiser_mismatches,
     budget_of,
+    node_leases,
 )
 from pacing.spend_reader import KinesisReader
 from pacing.spend_table import SpendStoreError, SpendTable
@@ -168,9 +168,9 @@ class Reconciler:
         nodes = self._leases.live_nodes(now_ms)
         returns = self._read_returns(now_ms, nodes)
         result = self.core.tick(now_ms, budgets, spent, len(nodes), returns)
-        leases: dict[str, Lease] = {p.campaign_id: p.lease for p in result.plans}
         expires = expiry_ms(now_ms, self.core.config.tick_ms)
-        self._leases.write(nodes, leases, real_ttl_ms(expires - now_ms, self._clock))
+        ttl_ms = real_ttl_ms(expires - now_ms, self._clock)
+        self._leases.write_each(node_leases(nodes, result.plans), ttl_ms)
         self._leased_to.update(dict.fromkeys(nodes, expires))
         self._reader.commit()
         self._settle_returns(now_ms, result)
@@ -312,12 +312,9 @@ class ClusterLeaseWriter(LeaseWriter):
     on different slots anyway. A few round trips per tick, off the bid path.
     """
 
-    def write(self, nodes: Sequence[str], leases: Mapping[str, Lease], ttl_ms: int) -> None:
-        args: list[Any] = [max(ttl_ms, 1)]
-        for campaign_id, lease in leases.items():
-            args += [campaign_id, lease.encode()]
-        for node in nodes:
-            WRITE_LEASES.run_sync(self._client, self._write_keys(node), args)
+    def write_each(self, leases: Mapping[str, Mapping[str, Lease]], ttl_ms: int) -> None:
+        for node, held in leases.items():
+            WRITE_LEASES.run_sync(self._client, self._write_keys(node), write_args(held, ttl_ms))
 
 
 def build_reconciler(

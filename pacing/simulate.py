@@ -189,7 +189,10 @@ class _Day:
         self.mean_cost = {k: float(table.mean()) for k, table in self.costs.items()}
         self.available = sc.available_by_hour()
         self.reconcile = Reconcile(sc.config)
-        self.budget = Budget(CAMPAIGN, "sim-advertiser", sc.budget_micros, sc.curve)
+        self.budget = Budget(
+            CAMPAIGN, "sim-advertiser", sc.budget_micros, sc.curve,
+            max_cost_micros=sc.max_cost_micros,
+        )  # fmt: skip
         self.fleet = FleetAccounts(sc.nodes)
         self.applied = sc.curve.target_micros(sc.budget_micros, sc.start_s)
 
@@ -230,7 +233,7 @@ class _Day:
         trace.violations.extend(result.violations)
         if plan.tripped:
             trace.tripped_at_s = now_s
-        self.fleet.install(plan.lease)
+        self.fleet.install(plan.lease, plan.holders)
 
     def _spend(self, now_s: float) -> tuple[np.ndarray, float]:
         """Each node's spend in the interval after ``now_s``, and the rate it bid at."""

@@ -18,6 +18,7 @@ from pacing.lease import (
     expiry_ms,
     grant_per_node,
     install,
+    tail_holders,
 )
 
 
@@ -93,6 +94,28 @@ def test_a_node_pays_its_own_wins_and_stops_below_one_bid_at_the_maximum() -> No
     bidders, costs = np.array([0, 0, 0]), np.array([5_000, 5_000, 5_000])
     own = fleet.spend_wins(bidders, costs, 0, 10_000)
     assert own.tolist() == [5_000, 0]  # then 7,000 left: below one bid at the maximum
+
+
+def test_fleet_nodes_past_the_holders_hold_an_empty_lease() -> None:
+    fleet = FleetAccounts(3)
+    fleet.install(Lease(1, 100, 10_000, 1_000_000), holders=1)
+    assert fleet.spend_wins(np.array([0, 1, 2]), np.array([30, 30, 30]), 0, 30).tolist() == [
+        30, 0, 0,
+    ]  # fmt: skip
+
+
+@given(st.integers(0, 10**6), st.integers(1, 50), st.integers(1, 10**4))
+def test_the_tail_goes_to_as_many_nodes_as_it_covers_one_maximum_bid_each(
+    available: int, nodes: int, max_cost: int
+) -> None:
+    holders = tail_holders(available, nodes, max_cost)
+    assert 1 <= holders <= nodes
+    if available // nodes >= max_cost:
+        assert holders == nodes
+    elif available >= max_cost:
+        assert available // holders >= max_cost and available // (holders + 1) < max_cost
+    else:
+        assert holders == 1
 
 
 @given(

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from bidder.core.ledger import LedgerEntry
 from pacing.curves import DAY_MS, STANDARD
-from pacing.lease import ReturnedLease
+from pacing.lease import Lease, ReturnedLease
 from pacing.reconcile import (
     AdvertiserMismatch,
     Budget,
@@ -16,6 +16,7 @@ from pacing.reconcile import (
     SpendBook,
     TickResult,
     advertiser_mismatches,
+    node_leases,
 )
 
 DAY0 = 1_767_225_600_000
@@ -233,7 +234,7 @@ def test_returned_records_of_an_unknown_campaign_are_dropped() -> None:
     assert result.returns_seen == [back]
 
 
-def test_a_tick_that_can_grant_less_than_the_lease_out_keeps_that_lease() -> None:
+def test_a_tick_that_can_grant_less_than_the_lease_out_keeps_and_renews_that_lease() -> None:
     core, budget = Reconcile(PacingConfig(chunk_micros=100)), _budget(900)
     core.tick(NOON, [budget], {"c1": 700}, nodes=1)  # 100
     out = core.tick(NOON + TICK_MS, [budget], {"c1": 700}, nodes=1).plans[0]  # 100 more
@@ -241,9 +242,70 @@ def test_a_tick_that_can_grant_less_than_the_lease_out_keeps_that_lease() -> Non
     # less than the second lease a node may still hold whole
     result = core.tick(NOON + 2 * TICK_MS, [budget], {"c1": 750}, nodes=1)
     kept = result.plans[0]
-    assert kept.lease.lease_id == out.lease.lease_id
-    assert kept.lease.amount_micros == 100 and kept.lease.expires_ms == out.lease.expires_ms
+    assert kept.lease.lease_id == out.lease.lease_id and kept.lease.amount_micros == 100
+    assert kept.lease.expires_ms == NOON + 4 * TICK_MS  # renewed: it never lapses
     assert kept.exposure_micros == 100 and result.violations == []
+    # the renewed lease still counts after the expiry it was first written with
+    later = core.tick(NOON + 3 * TICK_MS, [budget], {"c1": 780}, nodes=1).plans[0]
+    assert later.lease.lease_id == out.lease.lease_id and later.exposure_micros == 70
+
+
+def test_a_lease_its_holders_cannot_bid_from_lapses_and_its_rest_goes_to_fewer_nodes() -> None:
+    budget = Budget("c1", "adv", 1_000, STANDARD, max_cost_micros=60)
+    core = Reconcile(PacingConfig(chunk_micros=100))
+    first = core.tick(NOON, [budget], {"c1": 600}, nodes=4).plans[0]  # 4 x 100: all out
+    assert (first.lease.amount_micros, first.holders) == (100, 4)
+    # 310 spent since: 90 left on average per node, but the nodes hold 40-90 each
+    tail = core.tick(NOON + TICK_MS, [budget], {"c1": 910}, nodes=4).plans[0]
+    assert tail.lease.lease_id == first.lease.lease_id
+    assert tail.lease.expires_ms == first.lease.expires_ms  # 90 < 4 x 60: not renewed
+    rest = core.tick(NOON + 2 * TICK_MS, [budget], {"c1": 930}, nodes=4).plans[0]
+    # 70 left: one node can bid once at the maximum, four could not
+    assert (rest.lease.amount_micros, rest.holders) == (70, 1)
+    leases = node_leases(["n3", "n1", "n2", "n4"], [rest])
+    assert [leases[n]["c1"].amount_micros for n in ("n1", "n2", "n3", "n4")] == [70, 0, 0, 0]
+
+
+node_wins = st.lists(st.integers(1, 60), max_size=4)
+"""One node's wins in one phase of an interval, each costing at most the maximum."""
+
+
+@given(
+    st.integers(1, 4),
+    st.lists(
+        st.tuples(st.integers(1, 3), st.lists(st.tuples(node_wins, node_wins), min_size=4)),
+        min_size=1,
+        max_size=30,
+    ),
+)
+def test_nodes_spending_only_while_their_lease_covers_the_maximum_never_pass_the_budget(
+    nodes: int, steps: list[tuple[int, list[tuple[list[int], list[int]]]]]
+) -> None:
+    """Renewed leases, leases held by fewer nodes, lapses: a fleet that bids only while
+    its own lease covers one impression at the maximum cost spends at most the budget,
+    and never beyond what the reconciler leased. Each node picks up a tick's leases
+    late: in each interval it first spends from the lease it held, then installs."""
+    budget = Budget("c1", "adv", 2_000, STANDARD, max_cost_micros=60)
+    core, names = Reconcile(PacingConfig(chunk_micros=250)), [f"n{k}" for k in range(nodes)]
+    held = dict.fromkeys(names, (Lease(0, 0, 0, 0), 0))
+    written: dict[str, dict[str, Lease]] = {}
+    spent, now = 1_000, NOON
+    for gap, wins in steps:
+        for k, name in enumerate(names):  # the interval after the previous tick
+            lease, used = held[name]
+            for phase, at in ((0, now + 1), (1, now + gap * TICK_MS - 1)):
+                if phase == 1 and name in written:
+                    new = written[name]["c1"]
+                    lease, used = new, used if new.lease_id == lease.lease_id else 0
+                for cost in wins[k][phase]:
+                    if at < lease.expires_ms and lease.amount_micros - used >= 60:
+                        used, spent = used + cost, spent + cost
+            held[name] = (lease, used)
+        now += gap * TICK_MS
+        result = core.tick(now, [budget], {"c1": spent}, nodes)
+        assert result.violations == []
+        written = node_leases(names, result.plans)
+    assert spent <= 2_000
 
 
 def test_a_kept_lease_carries_the_new_rate() -> None:
