@@ -244,6 +244,8 @@ class _Generation:
     expires_ms: int
     fleet: int
     """The live nodes when it was granted: holders, and the rest with an empty lease."""
+    spent_at: int
+    """The campaign's spend when it was granted: all spend since may have come from it."""
     returned_by: set[str] = field(default_factory=set)
     """Nodes whose remainder of this generation was taken off already."""
 
@@ -292,8 +294,8 @@ class LeaseBook:
     ) -> None:
         """A grant of ``per_node`` to ``nodes`` of ``fleet`` live nodes (default: all)."""
         if per_node > 0 and nodes > 0:
-            total = per_node * nodes
-            gen = _Generation(lease_id, per_node, nodes, total, expires_ms, fleet or nodes)
+            total, spent = per_node * nodes, self._spent or 0
+            gen = _Generation(lease_id, per_node, nodes, total, expires_ms, fleet or nodes, spent)
             self._live.append(gen)
             self._exposure += total
 
@@ -306,6 +308,14 @@ class LeaseBook:
         if gen is None or gen.per_node <= per_node or gen.fleet != nodes or gen.returned_by:
             return None
         return Kept(Lease(gen.lease_id, gen.per_node, gen.expires_ms, 0), gen.nodes)
+
+    def unspent_at_least(self, lease_id: int) -> int:
+        """A lower bound on what is left of a live generation: its amount less all the
+        campaign's spend applied since its grant (some of which other leases paid)."""
+        gen = next((g for g in self._live if g.lease_id == lease_id), None)
+        if gen is None:
+            return 0
+        return max(0, gen.total_micros - ((self._spent or 0) - gen.spent_at))
 
     def renew(self, lease_id: int, expires_ms: int) -> None:
         """Extend a live generation's expiry: its nodes keep spending it, and the

@@ -82,7 +82,7 @@ def pacing_section(
         }
         calibrated = calibration.get(cid) if calibration else None
         entry |= _offline(calibrated, budget, offline)
-        entry["limits"] = limits(figures, budget, calibrated, offline.nodes)
+        entry["limits"] = limits(figures, budget, calibrated)
         section[cid] = entry
     return section
 
@@ -126,10 +126,7 @@ def _offline(
 
 
 def limits(
-    figures: Mapping[str, Any],
-    budget: Budget,
-    calibrated: Mapping[str, Any] | None,
-    nodes: int,
+    figures: Mapping[str, Any], budget: Budget, calibrated: Mapping[str, Any] | None
 ) -> dict[str, float | None]:
     """What bounds the day's figures on both sides, live and offline, as shares of the budget.
 
@@ -137,8 +134,9 @@ def limits(
       by hour) lets a paced day spend, each hour's shortfall carried forward
       (``pacing.actual.achievable``); None without a calibration.
     - ``max_bid_tail_ratio``: what leases can leave unspent at the end of the budget: a
-      node bids only while its lease covers one impression at the maximum bid, so up to
-      that much per node stays out when the rest is split over the nodes.
+      node bids only while its lease covers one impression at the maximum bid, and the
+      rest goes to as few nodes as that takes (``pacing.lease.tail_holders``), down to
+      one node holding less than one such impression.
     - ``hourly_noise_ratio``: the relative spread of an hour's impressions (Poisson:
       1 / sqrt(the day's wins / 24)); an hour's +-10% band is noise when it is larger.
     """
@@ -150,7 +148,7 @@ def limits(
     wins = figures.get("wins") or 0
     return {
         "achievable_eod_ratio": achievable_eod,
-        "max_bid_tail_ratio": round(min(nodes * budget.max_cost_micros / daily, 1.0), 4),
+        "max_bid_tail_ratio": round(min(budget.max_cost_micros / daily, 1.0), 4),
         "hourly_noise_ratio": round((24 / wins) ** 0.5, 4) if wins else None,
     }
 

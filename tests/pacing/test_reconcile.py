@@ -250,6 +250,18 @@ def test_a_tick_that_can_grant_less_than_the_lease_out_keeps_and_renews_that_lea
     assert later.lease.lease_id == out.lease.lease_id and later.exposure_micros == 70
 
 
+def test_a_kept_lease_all_spent_since_its_grant_lapses_though_exposure_remains() -> None:
+    core, budget = Reconcile(PacingConfig(chunk_micros=100)), _budget(900)
+    core.tick(NOON, [budget], {"c1": 700}, nodes=1)
+    out = core.tick(NOON + TICK_MS, [budget], {"c1": 700}, nodes=1).plans[0]
+    core.tick(NOON + 2 * TICK_MS, [budget], {"c1": 750}, nodes=1)  # renewed: 50 of it left
+    # 100 spent since its grant: it may be spent out, while the exposure still counts
+    # 50 (the first lease may have paid for some of it and be left unspent)
+    plan = core.tick(NOON + 3 * TICK_MS, [budget], {"c1": 800}, nodes=1).plans[0]
+    assert plan.lease.lease_id == out.lease.lease_id and plan.exposure_micros == 50
+    assert plan.lease.expires_ms == NOON + 4 * TICK_MS  # not renewed again: it lapses
+
+
 def test_a_lease_its_holders_cannot_bid_from_lapses_and_its_rest_goes_to_fewer_nodes() -> None:
     budget = Budget("c1", "adv", 1_000, STANDARD, max_cost_micros=60)
     core = Reconcile(PacingConfig(chunk_micros=100))

@@ -106,11 +106,11 @@ def test_the_limits_name_short_supply_the_maximum_bid_tail_and_hourly_noise() ->
     evening = sum(_target()[20:])
     assert entry["limits"] == {
         "achievable_eod_ratio": round((BUDGET - evening / 2) / BUDGET, 4),
-        "max_bid_tail_ratio": 0.05,  # 2 nodes x 600,000 of 24,000,000
+        "max_bid_tail_ratio": 0.025,  # one node x 600,000 of 24,000,000
         "hourly_noise_ratio": 0.5,  # 4 wins an hour
     }
     text = render_pacing({"c": entry})
-    assert "leases at the maximum bid can leave 5.0% unspent" in text
+    assert "leases at the maximum bid can leave 2.5% unspent" in text
     assert "an hour's spend varies +-50%" in text
 
 
