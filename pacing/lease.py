@@ -309,13 +309,14 @@ class LeaseBook:
             return None
         return Kept(Lease(gen.lease_id, gen.per_node, gen.expires_ms, 0), gen.nodes)
 
-    def unspent_at_least(self, lease_id: int) -> int:
-        """A lower bound on what is left of a live generation: its amount less all the
-        campaign's spend applied since its grant (some of which other leases paid)."""
+    def each_holder_covers(self, lease_id: int, cost_micros: int) -> bool:
+        """Whether every node holding a live generation surely has ``cost_micros`` left of
+        it: all the campaign's spend applied since its grant (whichever lease paid it)
+        is at most one node's share less that cost. Call after ``observe``."""
         gen = next((g for g in self._live if g.lease_id == lease_id), None)
         if gen is None:
-            return 0
-        return max(0, gen.total_micros - ((self._spent or 0) - gen.spent_at))
+            return False
+        return (self._spent or 0) - gen.spent_at + cost_micros <= gen.per_node
 
     def renew(self, lease_id: int, expires_ms: int) -> None:
         """Extend a live generation's expiry: its nodes keep spending it, and the

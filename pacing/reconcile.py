@@ -219,13 +219,13 @@ class CampaignPacer:
             book.record(lease_id, per_node, holders, expires, nodes)
             return Lease(lease_id, per_node, expires, rate_ppm), holders
         # What is left of the budget is out already: keep that lease, no smaller one.
-        # While its holders can surely still bid from it, renew it, so it never lapses
+        # While each holder can surely still bid from it, renew it, so it never lapses
         # before the next tick lands; else let it lapse, and the tick after its expiry
-        # splits what is left over fewer nodes (``tail_holders``). Not the exposure: it
-        # also counts what nodes left of the leases this one replaced, which no one
-        # can spend any more.
+        # splits what is left afresh, over fewer nodes at the end (``tail_holders``):
+        # renewed further, a node that had spent its share would idle while the
+        # others' shares last.
         lease = dataclasses.replace(kept.lease, rate_ppm=rate_ppm)
-        if book.unspent_at_least(lease.lease_id) >= kept.holders * max(b.max_cost_micros, 1):
+        if book.each_holder_covers(lease.lease_id, max(b.max_cost_micros, 1)):
             book.renew(lease.lease_id, expires)
             lease = dataclasses.replace(lease, expires_ms=expires)
         return lease, kept.holders
