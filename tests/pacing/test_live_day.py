@@ -19,14 +19,15 @@ Checked, on the scale of a one-minute day. A campaign buys 90-280 impressions a 
 so the +-10% hourly band is noise on both sides, and one simulated day is too: the
 offline figures are the mean of 10 seeds with their range. The relations of the
 acceptance, on that scale: every binding budget is spent and not past it (EOD at most
-1.02, and at least the simulator's lowest day less 15 points); the live EOD spend lies
-within 15 points of the simulator's range; the cumulative error is at most the
+1.02, and at least the simulator's lowest day less 10 points); the live EOD spend lies
+within 10 points of the simulator's range; the cumulative error is at most the
 simulator's worst plus 10 points; the ledger equals the DynamoDB totals. Hours in band
-are not compared: ridgeway had 0 of 24 in one run against 3-6 offline. Measured:
-northwind live 0.84-0.94, offline 0.973 (0.961-0.979): live loses the hand-overs where a
-re-sent lease lapses before the next grant lands (docs/pacing.md); ridgeway live
-0.865-0.880, offline 0.868 (0.861-0.875), its last leases below one impression at the
-maximum bid on both sides (``limits.max_bid_tail_ratio`` 14%).
+are not compared: ridgeway had 1 of 24 in one run against 3-10 offline. Measured, two
+runs (notices debited to the worker that bid, kept leases renewed, the tail to fewer
+nodes): northwind live 0.915 and 0.966 against offline 0.970 (0.953-0.985); ridgeway
+0.865 and 0.945 against 0.934 (0.920-0.943), its tail (one impression at the maximum bid)
+7% of its budget. The first run's ridgeway spent nothing in hours 22-23 with 13.5% of
+its budget left; docs/pacing.md says what is known of it.
 They fail when pacing does: a breaker tripping on noise left 4% spent, a lease below one
 impression at the maximum bid left 0%, and a simulator that let nodes spend leases a
 live node cannot bid from put ridgeway's offline EOD at 0.955 against 0.865 live.
@@ -135,7 +136,7 @@ def _near(value: float, bounds: list[float], points: float) -> bool:
 def test_binding_budgets_are_spent_to_their_end_and_not_past_it(day: dict[str, Any]) -> None:
     for cid, entry in _binding(day).items():
         lowest = entry["offline_range"]["eod_spend_ratio"][0]
-        assert lowest - 0.15 <= entry["live"]["eod_spend_ratio"] <= 1.02, (cid, entry["live"])
+        assert lowest - 0.10 <= entry["live"]["eod_spend_ratio"] <= 1.02, (cid, entry["live"])
 
 
 def test_the_cumulative_spend_tracks_the_curve_as_well_as_offline(day: dict[str, Any]) -> None:
@@ -151,7 +152,7 @@ def test_the_ledger_equals_the_totals(day: dict[str, Any]) -> None:
 def test_the_live_day_lands_within_the_simulators_range(day: dict[str, Any]) -> None:
     for cid, entry in _binding(day).items():
         live, bounds = entry["live"], entry["offline_range"]
-        assert _near(live["eod_spend_ratio"], bounds["eod_spend_ratio"], 0.15), (cid, entry)
+        assert _near(live["eod_spend_ratio"], bounds["eod_spend_ratio"], 0.10), (cid, entry)
 
 
 def test_an_hour_here_is_too_few_impressions_for_the_hourly_band(day: dict[str, Any]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -276,6 +278,38 @@ def test_a_lease_its_holders_cannot_bid_from_lapses_and_its_rest_goes_to_fewer_n
     assert (rest.lease.amount_micros, rest.holders) == (70, 1)
     leases = node_leases(["n3", "n1", "n2", "n4"], [rest])
     assert [leases[n]["c1"].amount_micros for n in ("n1", "n2", "n3", "n4")] == [70, 0, 0, 0]
+
+
+@given(st.randoms(use_true_random=False), st.integers(1, 4), st.integers(0, 2))
+def test_a_fleet_with_supply_spends_the_budget_to_within_one_maximum_bid(
+    rnd: random.Random, nodes: int, lag_ticks: int
+) -> None:
+    """Liveness of renewals, lapses and the tail: nodes that win every tick, picking up
+    each tick's leases late, with the ledger ``lag_ticks`` behind, end less than one
+    impression at the maximum bid short of the budget."""
+    budget, max_cost = Budget("c1", "adv", 172_745, STANDARD, max_cost_micros=12_000), 12_000
+    core = Reconcile(PacingConfig(tick_s=720, chunk_periods_per_day=2, breaker_window_s=86_400))
+    names = [f"n{k}" for k in range(nodes)]
+    held = dict.fromkeys(names, (Lease(0, 0, 0, 0), 0))
+    written: dict[str, dict[str, Lease]] = {}
+    spent, now, applied = 100_000, NOON, [100_000] * 3
+    for _ in range(60):
+        for name in names:
+            lease, used = held[name]
+            for phase, at in ((0, now + 1), (1, now + 720_000 - 1)):
+                if phase == 1 and name in written:
+                    new = written[name]["c1"]
+                    lease, used = new, used if new.lease_id == lease.lease_id else 0
+                for _ in range(rnd.randint(1, 2)):
+                    if at < lease.expires_ms and lease.amount_micros - used >= max_cost:
+                        cost = rnd.randint(4_000, max_cost)
+                        used, spent = used + cost, spent + cost
+            held[name] = (lease, used)
+        now += 720_000
+        applied.append(spent)
+        result = core.tick(now, [budget], {"c1": applied[-1 - lag_ticks]}, nodes)
+        written = node_leases(names, result.plans)
+    assert 172_745 - max_cost < spent <= 172_745
 
 
 node_wins = st.lists(st.integers(1, 60), max_size=4)
