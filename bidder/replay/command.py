@@ -146,14 +146,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         pacing = None
     else:
         result = _replay_embedded(args, records, options, clock)
-        pacing = settings_in_force(settings.pacing_config, settings.pacing_tick_s)
+        pacing = settings_in_force(
+            settings.pacing_config, settings.pacing_tick_s, settings.chunk_periods
+        )
     report = {**to_json(result), "pacing": pacing}
     if clock is not None:
         live = on_clock(settings, clock, 0)
         offline = OfflineSettings(
             nodes=live.workers,
             tick_s=live.pacing_tick_s * clock.speed,
-            chunk_periods=live.chunk_periods,
+            chunk_periods=live.lease_chunk_periods(),
             breaker_window_s=live.breaker_window_s,
         )
         report["pacing_day"] = pacing_section(
