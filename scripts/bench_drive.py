@@ -82,18 +82,24 @@ Start = Callable[[asyncio.AbstractEventLoop, TaskSet, Callable[[int], None]], No
 
 
 async def _time(start: Start, requests: int) -> float:
-    loop, tasks, answered = asyncio.get_running_loop(), TaskSet(), [0]
+    loop, tasks, answered, all_answered = (
+        asyncio.get_running_loop(),
+        TaskSet(),
+        [0],
+        asyncio.Event(),
+    )
 
     def done(_: int) -> None:
         answered[0] += 1
+        if answered[0] == requests:
+            all_answered.set()
 
     began = time.process_time()
     for n in range(requests):
         start(loop, tasks, done)
         if n % PER_PASS == PER_PASS - 1:
             await asyncio.sleep(0)
-    while answered[0] < requests:
-        await asyncio.sleep(0)
+    await all_answered.wait()
     return (time.process_time() - began) / requests
 
 

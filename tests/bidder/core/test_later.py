@@ -9,7 +9,6 @@ import pytest
 from bidder.core.later import Drive, Later
 
 
-
 def test_callbacks_run_in_the_call_that_settles() -> None:
     later: Later[int] = Later()
     seen: list[int] = []
