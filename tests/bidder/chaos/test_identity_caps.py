@@ -14,6 +14,8 @@ import pytest
 from bidder.chaos.identity_caps import Plan, measure
 from bidder.stack.local import LocalStack
 
+pytestmark = pytest.mark.long(27)
+
 
 @pytest.fixture(scope="module")
 def figures(aws_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
