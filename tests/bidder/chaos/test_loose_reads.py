@@ -13,7 +13,7 @@ import pytest
 from bidder.chaos.identity_caps import CLASS_RUNS, WORKERS, Plan, measure
 from bidder.stack.local import LocalStack
 
-pytestmark = pytest.mark.long(35)
+pytestmark = pytest.mark.long(30)
 
 PLAN = Plan(heavy_share=0.9, limit=20)
 IN_FLIGHT = 3
