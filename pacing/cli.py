@@ -28,7 +28,13 @@ from bidder.core.clock import Clock, SimClockError, SimTime, SystemClock
 from bidder.stack.child import StackError
 from pacing.actual import Actual
 from pacing.actual_options import actuals_from_args, add_actual_options
-from pacing.config_file import PacingFileError, load_pacing_file, pacing_doc
+from pacing.config_file import (
+    PacingFileError,
+    chunk_conflict,
+    chunk_periods_in_force,
+    load_pacing_file,
+    pacing_doc,
+)
 from pacing.curves import BUILTIN, Curve, CurveError, curve_from_stream, load_curve_file
 from pacing.forecast_error import render, scenario_report
 from pacing.pid import PidGains
@@ -120,8 +126,9 @@ def _reconciler_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--region", default="us-east-1")
     p.add_argument("--tick-s", type=float, default=5.0)
     p.add_argument(
-        "--chunk-periods", type=int, default=PacingConfig().chunk_periods_per_day,
-        help="lease chunk = budget / nodes / this (default 288)",
+        "--chunk-periods", type=int,
+        help="lease chunk = budget / nodes / this (default 288; a --pacing-config file sets"
+        " it instead)",
     )  # fmt: skip
     p.add_argument(
         "--breaker-window-s", type=float, default=PacingConfig().breaker_window_s, metavar="S",
@@ -300,8 +307,11 @@ def cmd_reconciler(args: argparse.Namespace) -> int:
         tick_s=args.tick_s * clock.speed,
         breaker_window_s=args.breaker_window_s,
         lag_threshold_s=args.lag_threshold_s,
-        chunk_periods_per_day=args.chunk_periods,
+        chunk_periods_per_day=chunk_periods_in_force(args.chunk_periods, None),
     )
+    conflict = chunk_conflict(args.chunk_periods, args.pacing_config)
+    if conflict is not None:
+        raise PacingFileError(conflict)
     if config.problems():
         raise CurveError("; ".join(f"--{p.replace('_', '-')}" for p in config.problems()))
     curves = load_curve_dir(args.curves) if args.curves else {}

@@ -13,6 +13,11 @@ Layout (JSON)::
 (campaigns naming another curve or giving their own weights keep theirs). ``tuned`` is
 carried along for the reports and not read back. Every problem names the file and the
 field, all at once.
+
+The chunk has one value per run: the file's ``chunk_periods_per_day``, or else the
+``--chunk-periods`` option, or else the default. Giving both is an error
+(``chunk_conflict``), not a silent choice: a tuned file and a hand-set chunk disagree
+about what was tuned.
 """
 
 from __future__ import annotations
@@ -23,10 +28,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pacing.curves import Curve, CurveError, read_json_file
+from pacing.lease import DEFAULT_CHUNK_PERIODS
 from pacing.pid import PidGains
 from pacing.reconcile import PacingConfig
 
 FORMAT = "bidsim-pacing/1"
+MAX_CHUNK_PERIODS = 86_400
+"""The finest chunk the options take: one period a second."""
 CURVE_NAME = "default"
 """The campaign curve name the file's curve takes over."""
 
@@ -61,17 +69,61 @@ class PacingFile:
         }
 
 
-def settings_in_force(path: str | os.PathLike[str] | None, tick_s: float) -> dict[str, Any]:
-    """The reconciler's pacing settings given its ``--pacing-config`` (None: the defaults)."""
+def chunk_conflict(chunk_periods: int | None, path: object) -> str | None:
+    """Why ``--chunk-periods`` and ``--pacing-config`` cannot both be given; None if fine."""
+    if chunk_periods is None or path is None:
+        return None
+    return (
+        f"--chunk-periods {chunk_periods} and --pacing-config {path}: give one, not both"
+        " (the file sets the chunk: its chunk_periods_per_day)"
+    )
+
+
+def pacing_problems(chunk_periods: int | None, path: str | os.PathLike[str] | None) -> list[str]:
+    """What is wrong with a run's ``--chunk-periods`` and ``--pacing-config``, by option."""
+    if chunk_periods is not None and not 1 <= chunk_periods <= MAX_CHUNK_PERIODS:
+        return [f"--chunk-periods must be 1-{MAX_CHUNK_PERIODS}"]
+    conflict = chunk_conflict(chunk_periods, path)
+    if conflict is not None:
+        return [conflict]
+    if path is None:
+        return []
+    try:
+        load_pacing_file(path)
+    except PacingFileError as exc:
+        return [f"--pacing-config: {exc}"]
+    return []
+
+
+def chunk_periods_in_force(chunk_periods: int | None, path: str | os.PathLike[str] | None) -> int:
+    """The lease chunk's periods per day: the file's, ``--chunk-periods``, or the default.
+
+    Raises PacingFileError when both are given or the file is bad.
+    """
+    conflict = chunk_conflict(chunk_periods, path)
+    if conflict is not None:
+        raise PacingFileError(conflict)
     if path is not None:
+        return load_pacing_file(path).chunk_periods_per_day
+    return DEFAULT_CHUNK_PERIODS if chunk_periods is None else chunk_periods
+
+
+def settings_in_force(
+    path: str | os.PathLike[str] | None, tick_s: float, chunk_periods: int | None = None
+) -> dict[str, Any]:
+    """The reconciler's pacing settings given its ``--pacing-config`` and ``--chunk-periods``
+    (None: the defaults)."""
+    if path is not None:
+        chunk_periods_in_force(chunk_periods, path)  # both given: PacingFileError
         return {**load_pacing_file(path).summary(), "tick_s": tick_s}
     defaults = PacingConfig()
     return {
-        "source": "built-in defaults",
+        "source": "built-in defaults"
+        + ("" if chunk_periods is None else f", --chunk-periods {chunk_periods}"),
         "kp": defaults.gains.kp,
         "ki": defaults.gains.ki,
         "kd": defaults.gains.kd,
-        "chunk_periods_per_day": defaults.chunk_periods_per_day,
+        "chunk_periods_per_day": chunk_periods_in_force(chunk_periods, None),
         "curve": "standard",
         "tick_s": tick_s,
     }
@@ -150,8 +202,11 @@ __all__ = [
     "FORMAT",
     "PacingFile",
     "PacingFileError",
+    "chunk_conflict",
+    "chunk_periods_in_force",
     "load_pacing_file",
     "pacing_doc",
+    "pacing_problems",
     "settings_in_force",
     "settings_line",
 ]

@@ -34,6 +34,13 @@ what the auction cleared at, so it already carries the floor and the competition
 that moment; it is paid as recorded, rounded to 6 decimals like any clearing price.
 The settlement says which model decided (``RECORDED`` or ``SYNTHETIC``).
 
+Recorded clicks. A line may also carry whether its recorded impression was clicked
+(``click``). It follows the recorded price: a win the recorded market decided is the
+recorded impression bought, so it carries the line's click record (``Win.clicked``,
+True or False). A win the synthetic model decided, or on a line without a click
+record, carries none (None): it counts no click. Like the price, a line's record
+applies to every win of its request (an iPinYou request has one impression).
+
 Determinism. ``Z`` is not drawn from a shared generator (responses arrive in a
 different order each run) but derived from a hash of (seed, request sequence number,
 impid, bid index). The same seed and schedule give the same outcome for the same bid,
@@ -44,7 +51,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Any
 
@@ -88,6 +95,8 @@ class Win:
     burl: str | None
     cid: str = ""
     """The bid's campaign id (``Bid.cid``); empty when the bid names none."""
+    clicked: bool | None = None
+    """The line's recorded click, on a win the recorded market decided; None: no record."""
 
     @property
     def spend_micros(self) -> int:
@@ -165,11 +174,13 @@ def settle(
     request_body: bytes,
     response_body: bytes,
     recorded_price: float | None = None,
+    recorded_click: bool | None = None,
 ) -> Settlement:
     """Run the auction for every bid in a 200 response to request number ``seq``.
 
     With ``recorded_price`` (the stream line's ``market_price``) the recorded market
-    decides every bid of the request; without it, the synthetic model.
+    decides every bid of the request, and its wins carry ``recorded_click`` (the line's
+    ``click``); without it, the synthetic model, and no click.
     """
     bids = _bids(response_body)
     terms = parse_terms(request_body) if bids else None
@@ -178,7 +189,7 @@ def settle(
         key = f"{seq}:{bid.get('impid')}:{index}"
         win = _decide(market, terms, key, bid, recorded_price)
         if win is not None:
-            wins.append(win)
+            wins.append(win if recorded_price is None else replace(win, clicked=recorded_click))
     model = SYNTHETIC if recorded_price is None else RECORDED
     offers = tuple(Offer(_cid(bid), _number(bid.get("price"))) for bid in bids)
     return Settlement(bids=len(bids), wins=wins, model=model, offers=offers)

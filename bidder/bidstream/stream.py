@@ -84,6 +84,20 @@ def write_stream(path: Path, lines: Iterable[bytes]) -> int:
     return count
 
 
+class StreamFile:
+    """A bidstream file, read lazily in file order each time it is iterated.
+
+    Holds no records: a replay of a stream larger than memory reads each line as it is
+    due, and passes over the file again where it needs another pass (a looped replay).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __iter__(self) -> Iterator[StreamRecord]:
+        return read_stream(self.path)
+
+
 def read_stream(path: Path) -> Iterator[StreamRecord]:
     """Yield records in file order; raises StreamFormatError naming the bad line."""
     with _open_read(path) as src:

@@ -4,6 +4,11 @@ An auction (a 200 with at least one bid) is decided by the synthetic market mode
 the stream line's recorded clearing price (``bidder.bidstream.auction``); the totals
 keep both apart so a report shows how much of a replay each one decided.
 
+Clicks are the stream's recorded ones (``Win.clicked``): only a win the recorded market
+decided carries a line's click record, so the synthetic model's clicks stay 0 and its
+CTR has no wins to count. The CTR is clicks over the wins that carry a record (True or
+False); a win on a line without a click record counts no click and is not in the CTR.
+
 ``unchecked_wins`` counts won bids whose notice token carries the unchecked mark
 (``bidder.core.tokens.CAPS_UNCHECKED``): the bidder made them without a frequency-cap
 check, so they are the replay's counted over-cap risk.
@@ -26,6 +31,9 @@ class ModelTotals:
     auctions: int = 0
     wins: int = 0
     spend_micros: int = 0
+    clicks: int = 0
+    click_recorded_wins: int = 0
+    """Wins that carry the line's click record, clicked or not: the CTR's base."""
 
 
 @dataclass(slots=True)
@@ -55,6 +63,8 @@ class AuctionTotals:
             model.auctions += 1
             model.wins += len(settlement.wins)
             model.spend_micros += spend
+            model.clicks += sum(1 for win in settlement.wins if win.clicked)
+            model.click_recorded_wins += sum(1 for w in settlement.wins if w.clicked is not None)
 
 
 def caps_unchecked(win: Win) -> bool:
@@ -77,7 +87,34 @@ def auction_json(a: AuctionTotals) -> dict[str, Any]:
         "notices_failed": a.notices_failed,
         "unchecked_wins": a.unchecked_wins,
         "models": {
-            name: {"auctions": m.auctions, "wins": m.wins, "spend_micros": m.spend_micros}
+            name: {
+                "auctions": m.auctions,
+                "wins": m.wins,
+                "spend_micros": m.spend_micros,
+                "clicks": m.clicks,
+                "click_recorded_wins": m.click_recorded_wins,
+                "ctr": ctr(m.clicks, m.click_recorded_wins),
+            }
             for name, m in a.models.items()
         },
     }
+
+
+def ctr(clicks: int, click_recorded_wins: int) -> float | None:
+    """Clicks per win with a click record; None without such wins."""
+    return round(clicks / click_recorded_wins, 6) if click_recorded_wins else None
+
+
+def model_lines(a: AuctionTotals) -> list[str]:
+    """One terminal line per exchange model; recorded clicks where a win carried a record."""
+    return [
+        f"  {name + ' model':<18}{m.auctions:,} auctions decided"
+        f"  wins {m.wins:,}  spend {m.spend_micros:,} micros"
+        + (
+            f"  clicks {m.clicks:,} (CTR {m.clicks / m.click_recorded_wins:.2%} of"
+            f" {m.click_recorded_wins:,} wins with a recorded click)"
+            if m.click_recorded_wins
+            else ""
+        )
+        for name, m in a.models.items()
+    ]

@@ -14,6 +14,9 @@ Where each figure comes from (``SOURCES``, also written into the JSON report):
   ``X-Campaign-Trace`` answer header (``bidder.pipeline.campaign_trace``), which the
   replay asks for on every request unless told not to. They are null when no answer
   carried it (the replay did not ask, or the bidder at ``--target`` does not answer it);
+- clicks and CTR: the stream's recorded clicks (``click``) on the wins its recorded
+  prices decided (``auction_totals``): the recorded model's; a win the synthetic model
+  decided, or on a line without a click record, counts no click and is not in the CTR;
 - impressions over a cap: the audit of the won bids' notice tokens against the
   campaign file's caps (``over_cap``).
 
@@ -30,6 +33,7 @@ from bidder.bidstream.auction import Settlement
 from bidder.core.campaigns import Campaign
 from bidder.core.ledger import cost_of
 from bidder.pipeline.campaign_trace import TraceFigures
+from bidder.replay.auction_totals import ctr
 from bidder.replay.over_cap import OverCapTally
 from pacing.curves import BUILTIN, DAY_S, HOUR_S, Curve, CurveError, day_of, resolve_curve
 
@@ -47,6 +51,8 @@ SOURCES = {
     " was over a frequency cap)",
     "avg_shading": "bidder answers (X-Campaign-Trace: bid price / the campaign's unshaded"
     " price, averaged over its bids; 1 is unshaded)",
+    "clicks_ctr": "stream's recorded clicks on wins its recorded prices decided (recorded"
+    " model only; a line without a click record counts none); CTR: clicks / such wins",
     "over_cap": "audit of the won bids' notice tokens against the campaign file's caps"
     " (null: not audited)",
 }
@@ -90,6 +96,9 @@ class CampaignOutcome:
     capped: int = 0
     shading_sum: float = 0.0
     shaded_bids: int = 0
+    clicks: int = 0
+    click_recorded_wins: int = 0
+    """Wins that carry the line's recorded click, clicked or not (``Win.clicked``)."""
 
     @property
     def win_rate(self) -> float:
@@ -132,6 +141,9 @@ class CampaignOutcomes:
             outcome.won_bid_cpm_sum += win.bid_price
             outcome.spend_micros += win.spend_micros
             outcome.spend_by_hour[hour] += win.spend_micros
+            if win.clicked is not None:
+                outcome.click_recorded_wins += 1
+                outcome.clicks += win.clicked
 
     def note_trace(self, trace: TraceFigures) -> None:
         """A measured answer's ``X-Campaign-Trace``, read back."""
@@ -203,6 +215,9 @@ def _campaign_json(
         "spend_vs_target": _ratio(o.spend_micros, target_total) if target_total else None,
         "spend_by_hour": list(o.spend_by_hour),
         "target_by_hour": [round(t) for t in target] if target is not None else None,
+        "clicks": o.clicks,
+        "click_recorded_wins": o.click_recorded_wins,
+        "ctr": ctr(o.clicks, o.click_recorded_wins),
         **_traced(outcomes.traced, o),
         "over_cap": over_cap.get(name),
     }
@@ -253,7 +268,28 @@ def render_campaigns(campaigns: Mapping[str, Mapping[str, Any]]) -> str:
         "  eligible, capped (no bid: every candidate over a cap), shading (bid / unshaded):"
         " the bidder's X-Campaign-Trace; over cap: the won bids' tokens against the caps"
     )
-    return "\n".join(lines)
+    return "\n".join(lines + _click_lines(campaigns, width))
+
+
+def _click_lines(campaigns: Mapping[str, Mapping[str, Any]], width: int) -> list[str]:
+    """The recorded clicks per campaign; nothing when no win carried a click record."""
+    if not any(c.get("click_recorded_wins") for c in campaigns.values()):
+        return []
+    lines = [
+        "",
+        f"{'per campaign':<{width}}{'wins':>7}  {'recorded':>8}  {'clicks':>6}  {'CTR':>7}",
+    ]
+    for name, c in campaigns.items():
+        lines.append(
+            f"  {name:<{width - 2}}{c['wins']:>7,}  {c['click_recorded_wins']:>8,}"
+            f"  {c['clicks']:>6,}  {_pct(c['ctr']):>7}"
+        )
+    lines.append(
+        "  clicks: the stream's recorded clicks on the wins its recorded prices decided"
+        " (recorded model); recorded: those wins, CTR = clicks / recorded; a line without"
+        " a click record counts no click"
+    )
+    return lines
 
 
 def _count(value: int | None) -> str:

@@ -6,6 +6,11 @@ Without ``--target`` the replay starts the whole bidder on the embedded stack. W
 from now, the stack comes up meanwhile (its clock holds at the start), and the first
 send goes at that instant. With ``--target`` the bidder's clock is read from
 ``GET /clock`` and a bidder on another clock is refused.
+
+The stream is never held in memory (``StreamFile``): one pass checks every line and
+fits the clock (``ClockFit``) before anything starts, then the replay reads each line
+as it is due, and a looped replay (``--duration`` past the stream's end) reads the file
+again for each pass.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 import orjson
 import uvloop
 
-from bidder.bidstream.stream import StreamRecord, read_stream
+from bidder.bidstream.stream import StreamFile
 from bidder.core.campaigns import Campaign
 from bidder.replay.campaign_outcomes import Budget, budgets_of
 from bidder.replay.pacing_figures import (
@@ -34,11 +39,11 @@ from bidder.replay.pacing_figures import (
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
 from bidder.replay.stream_clock import (
+    ClockFit,
     StreamClock,
     clock_problem,
     on_clock,
     read_target_clock,
-    stream_clock,
     target_problem,
 )
 from bidder.replay.throttle import ThrottleRule
@@ -139,21 +144,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
     )
     calibrated = read_calibration_report(args.supply_from) if args.supply_from else None
     calibration = calibrated["campaigns"] if calibrated else None
-    records = list(read_stream(args.stream))
-    clock = _wanted_clock(args, settings, records)
+    records, fit = checked_stream(args.stream)
+    clock = _wanted_clock(args, settings, fit)
     if args.target:
         result = uvloop.run(_replay_target(args, records, options, clock))
         pacing = None
     else:
         result = _replay_embedded(args, records, options, clock)
-        pacing = settings_in_force(settings.pacing_config, settings.pacing_tick_s)
+        pacing = settings_in_force(
+            settings.pacing_config, settings.pacing_tick_s, settings.chunk_periods
+        )
     report = {**to_json(result), "pacing": pacing}
     if clock is not None:
         live = on_clock(settings, clock, 0)
         offline = OfflineSettings(
             nodes=live.workers,
             tick_s=live.pacing_tick_s * clock.speed,
-            chunk_periods=live.chunk_periods,
+            chunk_periods=live.lease_chunk_periods(),
             breaker_window_s=live.breaker_window_s,
         )
         report["pacing_day"] = pacing_section(
@@ -165,6 +172,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         report["pacing_day_settings"] = {**dataclasses.asdict(offline), "speed": clock.speed}
     print_report(result, report, args.json, args.html)
     return 0
+
+
+def checked_stream(path: Path) -> tuple[StreamFile, ClockFit]:
+    """The stream to replay, read once to check every line and fit its clock.
+
+    Before the stack starts, so a bad line is refused up front; nothing of it is kept:
+    the replay reads the file again as it sends.
+    """
+    records = StreamFile(path)
+    return records, ClockFit.of(records)
 
 
 def read_calibration(path: Path) -> dict[str, Any]:
@@ -187,7 +204,7 @@ def read_calibration_report(path: Path) -> dict[str, Any]:
 
 
 def _wanted_clock(
-    args: argparse.Namespace, settings: Settings, records: list[StreamRecord]
+    args: argparse.Namespace, settings: Settings, fit: ClockFit
 ) -> StreamClock | None:
     """The stream's clock this replay runs the bidder on; None: the real clock."""
     if args.lead_s < 0:
@@ -196,7 +213,7 @@ def _wanted_clock(
         return None
     if args.rate is not None:
         raise ValueError("--rate ignores the stream's times: use --speed, or --clock real")
-    clock = stream_clock(records, args.speed)
+    clock = fit.clock(args.speed)
     problem = "the stream's t_ms and ts do not both advance" if clock is None else None
     if clock is not None and not args.target:
         problem = clock_problem(clock, settings.pacing_tick_s)
@@ -213,7 +230,7 @@ def _wanted_clock(
 
 async def _replay_target(
     args: argparse.Namespace,
-    records: list[StreamRecord],
+    records: StreamFile,
     options: ReplayOptions,
     wanted: StreamClock | None,
 ) -> ReplayResult:
@@ -233,7 +250,7 @@ async def _replay_target(
 
 def _replay_embedded(
     args: argparse.Namespace,
-    records: list[StreamRecord],
+    records: StreamFile,
     options: ReplayOptions,
     clock: StreamClock | None,
 ) -> ReplayResult:
@@ -316,4 +333,11 @@ def print_report(
         print(f"HTML report written to {html_out}")
 
 
-__all__ = ["check_out_dirs", "cmd_replay", "print_report", "read_calibration", "replay_parser"]
+__all__ = [
+    "check_out_dirs",
+    "checked_stream",
+    "cmd_replay",
+    "print_report",
+    "read_calibration",
+    "replay_parser",
+]

@@ -267,7 +267,9 @@ class _Replay:
         return corrected_ns, uncorrected_ns
 
     def _auction(self, seq: int, record: StreamRecord, response: bytes, measured: bool) -> None:
-        settlement = settle(self._options.market, seq, record.body, response, record.market_price)
+        settlement = settle(
+            self._options.market, seq, record.body, response, record.market_price, record.click
+        )
         if measured:
             self.result.auction.count(settlement)
             self.result.campaigns.count(settlement, record.ts)

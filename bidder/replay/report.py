@@ -32,7 +32,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from bidder.replay._duplicates import DuplicateTally
-from bidder.replay.auction_totals import AuctionTotals, auction_json
+from bidder.replay.auction_totals import AuctionTotals, auction_json, model_lines
 from bidder.replay.campaign_outcomes import (
     SOURCES,
     CampaignOutcomes,
@@ -355,11 +355,7 @@ def _auction(result: ReplayResult) -> str:
             f"  notices       sent {a.notices_sent:,}"
             f"  ok {a.notices_ok:,}  failed {a.notices_failed:,}",
             f"  fcap          {a.unchecked_wins:,} wins bid without a cap check (fail-open)",
-            *(
-                f"  {name + ' model':<18}{m.auctions:,} auctions decided"
-                f"  wins {m.wins:,}  spend {m.spend_micros:,} micros"
-                for name, m in a.models.items()
-            ),
+            *model_lines(a),
         ]
     )
 

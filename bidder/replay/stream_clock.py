@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bidder.bidstream.stream import StreamRecord
@@ -48,19 +48,55 @@ class StreamClock:
         return f"{self.start_ms}:{self.speed:g}"
 
 
-def stream_clock(records: Sequence[StreamRecord], replay_speed: float) -> StreamClock | None:
-    """The stream's clock at ``replay_speed``; None when its ``t_ms`` or ``ts`` do not move."""
-    n = len(records)
-    if n < 2:
-        return None
-    mean_t = sum(r.t_ms for r in records) / n
-    mean_ts = sum(r.ts for r in records) / n
-    var = sum((r.t_ms - mean_t) ** 2 for r in records)
-    cov = sum((r.t_ms - mean_t) * (r.ts - mean_ts) for r in records)
-    if var <= 0 or cov <= 0:
-        return None
-    ratio = cov / var
-    return StreamClock(round(mean_ts - ratio * mean_t), ratio * replay_speed)
+@dataclass(slots=True)
+class ClockFit:
+    """The least-squares line through ``(t_ms, ts)``, fed one line at a time.
+
+    It keeps sums, not lines, so a stream of any length fits in constant memory. The sums
+    are exact integers (Python's are unbounded): ``ts`` near 1.8e12 squared and summed
+    over millions of lines would lose the slope's digits in floats.
+    """
+
+    n: int = 0
+    sum_t: int = 0
+    sum_ts: int = 0
+    sum_tt: int = 0
+    sum_t_ts: int = 0
+
+    def add(self, t_ms: int, ts: int) -> None:
+        self.n += 1
+        self.sum_t += t_ms
+        self.sum_ts += ts
+        self.sum_tt += t_ms * t_ms
+        self.sum_t_ts += t_ms * ts
+
+    @classmethod
+    def of(cls, records: Iterable[StreamRecord]) -> ClockFit:
+        fit = cls()
+        for record in records:
+            fit.add(record.t_ms, record.ts)
+        return fit
+
+    def clock(self, replay_speed: float) -> StreamClock | None:
+        """The stream's clock at ``replay_speed``; None when its ``t_ms`` or ``ts`` do not
+        move."""
+        n = self.n
+        if n < 2:
+            return None
+        var = n * self.sum_tt - self.sum_t * self.sum_t  # n^2 x the variance of t_ms
+        cov = n * self.sum_t_ts - self.sum_t * self.sum_ts
+        if var <= 0 or cov <= 0:
+            return None
+        ratio = cov / var
+        start = self.sum_ts / n - ratio * (self.sum_t / n)
+        return StreamClock(round(start), ratio * replay_speed)
+
+
+def stream_clock(records: Iterable[StreamRecord], replay_speed: float) -> StreamClock | None:
+    """The stream's clock at ``replay_speed``; None when its ``t_ms`` or ``ts`` do not move.
+
+    One pass over ``records``."""
+    return ClockFit.of(records).clock(replay_speed)
 
 
 BREAKER_TICKS = 3
@@ -146,6 +182,7 @@ def _get(url: str, timeout_s: float) -> bytes:
 
 
 __all__ = [
+    "ClockFit",
     "StreamClock",
     "clock_problem",
     "on_clock",

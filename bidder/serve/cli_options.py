@@ -174,8 +174,9 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument("--lease-refresh-s", type=float, default=_D.lease_refresh_s)
     g.add_argument(
-        "--chunk-periods", type=int, default=_D.chunk_periods, metavar="N",
-        help="lease chunk = daily budget / nodes / N",
+        "--chunk-periods", type=int, metavar="N",
+        help="lease chunk = daily budget / nodes / N (default 288; a --pacing-config file"
+        " sets it instead)",
     )  # fmt: skip
     g.add_argument(
         "--budget-scale", type=float, default=_D.budget_scale, metavar="F",

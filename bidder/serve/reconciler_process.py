@@ -30,7 +30,6 @@ def reconciler_argv(settings: Settings) -> list[str]:
         "--aws-endpoint", settings.aws_endpoint,
         "--region", settings.aws_region,
         "--tick-s", str(settings.pacing_tick_s),
-        "--chunk-periods", str(settings.chunk_periods),
         "--breaker-window-s", str(settings.breaker_window_s),
         "--lag-threshold-s", str(settings.spend_lag_threshold_s),
         "--stream", settings.spend_stream,
@@ -45,6 +44,8 @@ def reconciler_argv(settings: Settings) -> list[str]:
         argv += ["--curves", str(settings.pacing_curves)]
     if settings.pacing_config is not None:
         argv += ["--pacing-config", str(settings.pacing_config)]
+    if settings.chunk_periods is not None:
+        argv += ["--chunk-periods", str(settings.chunk_periods)]
     return argv
 
 

@@ -17,8 +17,7 @@ from bidder.decide.ratelimit import RateLimits
 from bidder.serve.region_settings import RegionConfig, read_checks
 from bidder.serve.settings_formats import BUCKET_NAME, KEY_NAMESPACE, STREAM_NAME, is_url
 from bidder.supply.path import MAX_FEE_BPS, PathPolicy
-from pacing.config_file import PacingFileError, load_pacing_file
-from pacing.lease import DEFAULT_CHUNK_PERIODS
+from pacing.config_file import chunk_periods_in_force, pacing_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "artifact"
@@ -99,10 +98,15 @@ class Settings:
     """Prefix of the Valkey keys of id leases and billing dedup."""
     sim_clock: SimTime | None = None
     """Wall time of every worker and the reconciler (``--sim-clock``); None: the real one."""
-    chunk_periods: int = DEFAULT_CHUNK_PERIODS
-    """Lease chunk = daily budget / nodes / this (the reconciler's ``--chunk-periods``)."""
+    chunk_periods: int | None = None
+    """Lease chunk = daily budget / nodes / this (the reconciler's ``--chunk-periods``);
+    None: the ``pacing_config`` file's, or the default. Not both (``lease_chunk_periods``)."""
     budget_scale: float = 1.0
     """Campaigns' daily budgets x this when loaded (a stream sampled 1/N: 1/N)."""
+
+    def lease_chunk_periods(self) -> int:
+        """The chunk periods the reconciler runs with: ``chunk_periods``, the file's, or 288."""
+        return chunk_periods_in_force(self.chunk_periods, self.pacing_config)
 
     def clock(self) -> Clock:  # the workers' and the reconciler's
         return self.sim_clock.clock() if self.sim_clock is not None else SystemClock()
@@ -263,17 +267,8 @@ class Settings:
             *self._ledger_checks(),
             *self._stage_checks(),
             *self._dedup_checks(),
-            *self._pacing_config_checks(),
+            *((False, p) for p in pacing_problems(self.chunk_periods, self.pacing_config)),
         ]
-
-    def _pacing_config_checks(self) -> list[tuple[bool, str]]:
-        if self.pacing_config is None:
-            return []
-        try:
-            load_pacing_file(self.pacing_config)
-        except PacingFileError as exc:
-            return [(False, f"--pacing-config: {exc}")]
-        return []
 
     def _stage_checks(self) -> list[tuple[bool, str]]:
         return [
@@ -301,7 +296,6 @@ class Settings:
             (self.identity_ttl_s > 0, "--identity-ttl-s must be positive"),
             (0.05 <= self.pacing_tick_s <= 3600, "--pacing-tick-s must be 0.05-3600"),
             (self.breaker_window_s > 0, "--breaker-window-s must be above 0"),
-            (1 <= self.chunk_periods <= 86_400, "--chunk-periods must be 1-86400"),
             (0 < self.budget_scale <= 1_000, "--budget-scale must be above 0 and at most 1000"),
             (self.spend_lag_threshold_s >= 0.001, "--spend-lag-threshold-s must be at least 0.001"),
             (0.05 <= self.lease_refresh_s <= 60, "--lease-refresh-s must be 0.05-60"),

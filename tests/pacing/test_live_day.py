@@ -108,7 +108,7 @@ async def _day(stack: LocalStack, tmp_path: Path) -> dict[str, Any]:
     offline = OfflineSettings(
         nodes=settings.workers,
         tick_s=settings.pacing_tick_s * clock.speed,
-        chunk_periods=settings.chunk_periods,
+        chunk_periods=settings.lease_chunk_periods(),
         breaker_window_s=settings.breaker_window_s,
     )
     report = to_json(result)

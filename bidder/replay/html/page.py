@@ -159,11 +159,14 @@ def _campaigns(report: Mapping[str, Any], plots: Any) -> str:
             _count(c.get("capped_no_bids")),
             "-" if c.get("avg_shading") is None else f"{c['avg_shading']:.4f}",
             _count(c.get("over_cap")),
+            _count(c.get("clicks")),
+            _share(c.get("ctr")),
         ]
         for name, c in campaigns.items()
     ]
     head = ["campaign", "bids", "wins", "win rate", "spend USD", "of budget", "vs target",
-            "eCPM", "avg bid CPM", "eligible", "capped", "shading", "over cap"]  # fmt: skip
+            "eCPM", "avg bid CPM", "eligible", "capped", "shading", "over cap",
+            "clicks (recorded model)", "CTR"]  # fmt: skip
     sources = _pairs(report["campaign_sources"].items())
     return (
         table(head, rows)

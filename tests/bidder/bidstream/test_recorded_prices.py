@@ -71,3 +71,15 @@ def test_the_recorded_rule(own: float, recorded: float, floor: float) -> None:
 def test_a_recorded_clearing_price_never_exceeds_the_bid(own: float, recorded: float) -> None:
     for at in (1, 2):
         assert recorded_clearing_price(at, own, min(recorded, own)) <= own
+
+
+@given(click=st.sampled_from([True, False, None]))
+def test_a_win_the_recorded_price_decided_carries_the_lines_click(click: bool | None) -> None:
+    settlement = settle(MARKET, 0, request(), response(0.2), 0.080645, recorded_click=click)
+    assert [win.clicked for win in settlement.wins] == [click]
+
+
+def test_a_win_the_synthetic_model_decided_carries_no_click() -> None:
+    for seq in range(50):
+        settlement = settle(MARKET, seq, request(floor=0.5), response(9.0), recorded_click=True)
+        assert settlement.wins and all(win.clicked is None for win in settlement.wins)

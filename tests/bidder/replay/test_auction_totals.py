@@ -25,9 +25,10 @@ def _result() -> ReplayResult:
 
 def test_each_auction_counts_under_the_model_that_decided_it() -> None:
     models = to_json(_result())["auction"]["models"]
+    no_clicks = {"clicks": 0, "click_recorded_wins": 0, "ctr": None}
     assert models == {
-        "synthetic": {"auctions": 1, "wins": 1, "spend_micros": 500},
-        "recorded": {"auctions": 2, "wins": 1, "spend_micros": 81},
+        "synthetic": {"auctions": 1, "wins": 1, "spend_micros": 500, **no_clicks},
+        "recorded": {"auctions": 2, "wins": 1, "spend_micros": 81, **no_clicks},
     }
 
 
@@ -38,7 +39,8 @@ def test_the_totals_are_the_sum_of_both_models() -> None:
 
 def test_a_replay_without_auctions_reports_both_models_at_zero() -> None:
     models = to_json(ReplayResult(deadline_ms=8.0))["auction"]["models"]
-    assert models == {name: {"auctions": 0, "wins": 0, "spend_micros": 0} for name in models}
+    zero = {"auctions": 0, "wins": 0, "spend_micros": 0, "clicks": 0, "click_recorded_wins": 0}
+    assert models == {name: {**zero, "ctr": None} for name in models}
     assert set(models) == {"synthetic", "recorded"}
 
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from bidder.bidstream.stream import StreamRecord
 from bidder.core.clock import SimTime
 from bidder.replay.stream_clock import (
+    ClockFit,
     StreamClock,
     clock_problem,
     stream_clock,
@@ -77,3 +78,30 @@ def test_a_target_on_another_clock_is_refused_with_the_value_to_start_it_with() 
 def test_a_real_clock_replay_refuses_a_simulated_target_only() -> None:
     assert target_problem(None, None, NOW) is None
     assert target_problem(None, SimTime(DAY0, 72.0, NOW), NOW) is not None
+
+
+@given(
+    lines=st.lists(
+        st.tuples(st.integers(0, 10_000_000), st.integers(-3_600_000, 3_600_000)),
+        min_size=2,
+        max_size=60,
+    )
+)
+def test_the_running_fit_is_the_least_squares_line(lines: list[tuple[int, int]]) -> None:
+    """Fed one line at a time, the fit matches the two-pass least squares over all of them."""
+    records = [_line(t, DAY0 + 72 * t + wander) for t, wander in sorted(lines)]
+    fit = ClockFit()
+    for record in records:
+        fit.add(record.t_ms, record.ts)
+    n = len(records)
+    mean_t = sum(r.t_ms for r in records) / n
+    mean_ts = sum(r.ts for r in records) / n
+    var = sum((r.t_ms - mean_t) ** 2 for r in records)
+    cov = sum((r.t_ms - mean_t) * (r.ts - mean_ts) for r in records)
+    clock = fit.clock(1.0)
+    if var <= 0 or cov <= 0:
+        assert clock is None
+        return
+    assert clock is not None
+    assert abs(clock.speed - cov / var) <= 1e-9 * abs(cov / var)
+    assert abs(clock.start_ms - (mean_ts - cov / var * mean_t)) <= 1.0
