@@ -16,7 +16,7 @@ from pacing.forecast_error import scenario_report
 from pacing.report import step_response
 from pacing.simulate import Scenario
 
-pytestmark = pytest.mark.long(13)
+pytestmark = pytest.mark.long(18)
 
 DAYS = [(name, ratio) for ratio in (2.5, 1.25) for name in SCENARIOS]
 
