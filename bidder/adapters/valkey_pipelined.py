@@ -14,7 +14,7 @@ timer per connection, armed at the earliest instant still pending (a heap), fail
 the futures whose instant has passed with ``TimeoutError``. The command itself is
 not cancelled (nothing can be, once written): its reply, when it comes, finds its
 future done and is dropped, and the connection stays healthy. A caller that is
-cancelled (the pipeline's deadline timer) cancels its future: the same.
+cancelled (``asyncio.timeout_at`` of the pipeline) cancels its future: the same.
 A call whose instant has already passed is never sent.
 
 Bounds and failures.

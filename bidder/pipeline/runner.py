@@ -8,26 +8,24 @@ stage table (order, code, no-bid reasons) is in ``docs/architecture.md``; the wi
 in that order, is ``bidder.serve.assemble``.
 
 Deadline enforcement. A pure stage returns its answer directly; a stage that
-does I/O returns an awaitable, and only then does the pipeline run it and every stage
-after it as one ``Drive`` (``bidder.core.later``): no task, and one timer, at the
-deadline, that cancels what is still awaited then, so every awaited call is cut off
-at the deadline while the ~97% of requests that never leave memory pay for no timer
-(a uvloop timer costs about as much as the eligibility stage). A pure stage can't be
-interrupted; the caller checks the clock once more before a bid goes out.
-``deadline`` is passed so a stage can give a sub-call its own, tighter bound. It is an
-instant on the ``Clock``'s monotonic time, which the timer compares with the loop's
-time: with the ``SystemClock`` both are CLOCK_MONOTONIC (asyncio's default loop and
-uvloop alike).
+does I/O returns an awaitable, and only then does the pipeline arm
+``asyncio.timeout_at(deadline)``, once per request, around it and every stage after
+it, so every awaited call is cut off at the deadline while the ~97% of requests that
+never leave memory pay for no timer (a uvloop timer costs about as much as the
+eligibility stage). A pure stage can't be interrupted; the caller checks the clock
+once more before a bid goes out. ``deadline`` is passed so a stage can give a
+sub-call its own, tighter bound. It is an instant on the ``Clock``'s monotonic time, which
+``asyncio.timeout_at`` compares with the loop's time: with the ``SystemClock``
+both are CLOCK_MONOTONIC (asyncio's default loop and uvloop alike).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bidder.core.later import Drive, Later
 from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import Candidate
 from bidder.openrtb.view import BidRequest
@@ -91,14 +89,13 @@ class Stage(Protocol):
 
 def run_stages(
     stages: Sequence[Stage], ctx: Context, deadline: float
-) -> StageResult | Later[StageResult]:
+) -> StageResult | Coroutine[Any, Any, StageResult]:
     """Run stages in order; the first no-bid reason ends the run.
 
     When every stage is pure the answer comes back at once (no task, no timer). The
-    first stage that returns an awaitable makes the result a ``Later``: that stage and
-    the ones after it run as a ``Drive`` with the request's one deadline timer, which
-    fails with TimeoutError when a stage is still awaiting at ``deadline``. Call it on
-    the running loop.
+    first stage that returns an awaitable makes the result a coroutine, which arms the
+    one deadline timer of the request around it and the stages after it, and raises
+    TimeoutError when a stage is still awaiting at ``deadline``.
     """
     for n, stage in enumerate(stages):
         result = stage(ctx, deadline)
@@ -110,9 +107,15 @@ def run_stages(
             if ctx.times is not None:
                 ctx.times.mark(type(stage).__name__)
             return result
-        loop = asyncio.get_running_loop()
-        return Drive(_run_rest(result, stages[n:], ctx, deadline), loop, deadline)
+        return _run_rest_in_time(result, stages[n:], ctx, deadline)
     return None
+
+
+async def _run_rest_in_time(
+    first: Awaitable[StageResult], stages: Sequence[Stage], ctx: Context, deadline: float
+) -> StageResult:
+    async with asyncio.timeout_at(deadline):
+        return await _run_rest(first, stages, ctx, deadline)
 
 
 async def _run_rest(

@@ -5,10 +5,9 @@ Theory of operation for a bid request: the deadline is fixed at receipt
 request says its tmax); the stages must be done ``answer_margin_ms`` before it, the
 time it takes to write the answer, and ``overload_margin_ms`` earlier still when the
 request was admitted while the worker sheds (``bidder.decide.overload``): under overload the
-timer that ends a stage fires late by a loop iteration. Every wait after receipt is
-bounded by it: the body's arrival (the server's per-route allowance,
-``bidder.serve.http.protocol``), and each pipeline stage that does I/O, run without a
-task and cut off by one timer at the deadline (``bidder.pipeline.runner``).
+timer that ends a stage fires late by a loop iteration. Every await after receipt is
+bounded by it with ``asyncio.timeout_at``: the body read when part of the body is
+still in flight, and each pipeline stage that does I/O (see ``bidder.pipeline.runner``).
 Pure work can't be interrupted, so the deadline is checked once more before a bid goes out.
 Whatever goes wrong, the answer is a 204 with a typed reason: a remote fault
 (bad body) is ``invalid``, lateness is ``deadline``, and our own bug is logged
@@ -17,7 +16,6 @@ loudly and answered ``internal_error``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +24,6 @@ from typing import Any
 
 from bidder.core import metrics
 from bidder.core.clock import Clock
-from bidder.core.later import Later
 from bidder.core.nobid import NoBid
 from bidder.core.tokens import TokenSigner
 from bidder.decide.overload import InFlightGate, LagShedder, LoopLag, run_lag_probe
@@ -135,8 +132,8 @@ class BidHandler:
     async def _probe_lag(self) -> None:
         await run_lag_probe(self._lag, self._state.clock, on_sample=metrics.LOOP_LAG.set)
 
-    def handle(self, request: Request) -> Response | Later[Response]:
-        """The answer at once when no stage awaits; else a ``Later`` of it."""
+    def handle(self, request: Request) -> Response | Awaitable[Response]:
+        """The answer at once when no stage awaits; else an awaitable of it."""
         now = request.received
         lag = self._lag.current()
         if self._shedder.shed(lag, now):
@@ -160,20 +157,20 @@ class BidHandler:
         if isinstance(decided, Response | NoBid):
             self._gate.leave()
             return self._reply(decided, now, times, trace)
-        return decided.then(partial(self._reply_later, now=now, times=times, trace=trace))
+        return self._reply_later(decided, now, times, trace)
 
-    def _reply_later(
+    async def _reply_later(
         self,
-        deciding: Later[Decision],
+        deciding: Awaitable[Decision],
         now: float,
         times: StageTimes | None,
         trace: CampaignTrace | None,
     ) -> Response:
         try:
-            decided = deciding.result()
+            decided = await deciding
         except TimeoutError:
             decided = NoBid.DEADLINE
-        except (Exception, asyncio.CancelledError):  # cancelled by anything but the deadline
+        except Exception:
             decided = self._bug()
         finally:
             self._gate.leave()
@@ -228,7 +225,7 @@ class BidHandler:
         margin: float,
         times: StageTimes | None,
         trace: CampaignTrace | None,
-    ) -> Decision | Later[Decision]:
+    ) -> Decision | Awaitable[Decision]:
         try:
             if request.over_cap:
                 raise InvalidRequest("body over the cap")
@@ -260,13 +257,13 @@ class BidHandler:
             raise
         if staged is None or isinstance(staged, NoBid):
             return self._conclude(ctx, staged, deadline)
-        return staged.then(partial(self._conclude_later, ctx=ctx, deadline=deadline))
+        return self._conclude_later(ctx, staged, deadline)
 
-    def _conclude_later(
-        self, staging: Later[StageResult], ctx: Context, deadline: float
+    async def _conclude_later(
+        self, ctx: Context, staging: Awaitable[StageResult], deadline: float
     ) -> Decision:
         try:
-            staged = staging.result()
+            staged = await staging
         except BaseException:  # a timeout, a bug, a cancel: what a stage took is given back
             ctx.finish(())
             raise

@@ -2,9 +2,8 @@
 
 A request is dispatched once it has arrived whole, from the parser's callback, so
 the common bid (a body of a few KiB in one segment) costs no timer and no task: a
-handler that answers without awaiting is written back at once; one that awaits (a cap
-check) hands back a ``Later`` (``bidder.core.later``), written when it is settled, and
-other routes' awaitables run as tasks. Pipelined requests are answered in order, one at a
+handler that answers without awaiting is written back at once, and only one that
+awaits (a cap check) gets a task. Pipelined requests are answered in order, one at a
 time. A request still arriving when its route's time is up is answered by the route's
 ``late`` answer (the bid path: a ``deadline`` no-bid) or 408, and the connection is
 closed, since the rest of its bytes can't be told from the next request's.
@@ -20,19 +19,16 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Protocol, cast
 
 import httptools
 
-from bidder.core.later import Later
 from bidder.serve.http.messages import DateLine, Request, Response, encode, text
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Request], Response | Later[Response] | Awaitable[Response]]
-"""Answers a request at once, or returns a ``Later`` of the answer (no task: the bid
-route), or an awaitable of it (run as a task)."""
+Handler = Callable[[Request], Response | Awaitable[Response]]
+"""Answers a request at once, or returns an awaitable of the answer."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +51,7 @@ class Host(Protocol):
     longest_arrival_s: float
     connections: set[HttpProtocol]
 
-    def dispatch(self, request: Request) -> Response | Later[Response] | Awaitable[Response]: ...
+    def dispatch(self, request: Request) -> Response | Awaitable[Response]: ...
 
     def spawn(self, job: Coroutine[Any, Any, None]) -> None: ...
 
@@ -203,20 +199,9 @@ class HttpProtocol(asyncio.Protocol):
             result = text(500, "internal error")
         if isinstance(result, Response):
             self._write(result, request.close)
-            return
-        self._answering = True
-        if isinstance(result, Later):
-            result.add_done_callback(partial(self._answered, close=request.close))
         else:
+            self._answering = True
             self._server.spawn(self._answer_later(result, request.close))
-
-    def _answered(self, pending: Later[Response], close: bool) -> None:
-        try:
-            response = pending.result()
-        except Exception:
-            log.exception("bug answering a request")
-            response = text(500, "internal error")
-        self._answer_next(response, close)
 
     async def _answer_later(self, pending: Awaitable[Response], close: bool) -> None:
         try:
@@ -224,10 +209,6 @@ class HttpProtocol(asyncio.Protocol):
         except Exception:
             log.exception("bug answering a request")
             response = text(500, "internal error")
-        self._answer_next(response, close)
-
-    def _answer_next(self, response: Response, close: bool) -> None:
-        """Write the answer awaited, then answer what queued behind it."""
         self._answering = False
         if self._late is not None:
             self._write(response, False)

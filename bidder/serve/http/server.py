@@ -8,7 +8,6 @@ import socket
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
-from bidder.core.later import Later
 from bidder.serve.http.messages import DateLine, Request, Response, text
 from bidder.serve.http.protocol import HttpProtocol, Route
 
@@ -44,7 +43,7 @@ class HttpServer:
         self._sweeper: asyncio.Task[None] | None = None
         self._all_closed = asyncio.Event()
 
-    def dispatch(self, request: Request) -> Response | Later[Response] | Awaitable[Response]:
+    def dispatch(self, request: Request) -> Response | Awaitable[Response]:
         route = self.routes.get((request.method, request.path))
         if route is not None:
             return route.handler(request)
