@@ -10,10 +10,10 @@ over nodes start their own.
 
 Order: modules marked ``long(seconds)`` run first, longest first, then the rest in
 collection order. ``make test`` hands whole modules (``--dist loadfile``) to whichever
-test process is free, in this order (``--no-loadscope-reorder`` in pyproject.toml keeps
-it; by default xdist would start the modules with the most tests first): the long
-modules started early leave the short ones to fill in, and both processes end
-together instead of one waiting on a long module started last.
+test process is free, in this order (``pytest_configure`` turns off xdist's own
+reordering, which would start the modules with the most tests first): the long modules
+started early leave the short ones to fill in, and both processes end together instead
+of one waiting on a long module started last.
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ import redis
 from bidder.stack.cluster import LocalValkeyCluster
 from bidder.stack.local import LocalStack
 from bidder.stack.regions import LocalRegions
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist is loaded
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
