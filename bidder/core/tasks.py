@@ -3,12 +3,14 @@
 The event loop keeps only a weak reference to a task, so a task nobody else
 references can be collected mid-flight. A ``TaskSet`` is that reference, one per
 owner: ``spawn`` starts a call (``keep`` takes a task already started) and the task
-leaves the set when it ends, whichever way it ends.
+leaves the set when it ends, whichever way it ends. ``cancel_and_wait`` stops a task
+that may absorb a cancellation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -50,3 +52,21 @@ def retrieve(task: asyncio.Task[Any]) -> None:
     "exception was never retrieved" (the task's owner has already dealt with it)."""
     if not task.cancelled():
         task.exception()
+
+
+RECANCEL_S = 0.05
+"""How long ``cancel_and_wait`` gives a cancelled task to end before cancelling again."""
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` until it has ended; its own failure, if any, is raised.
+
+    One cancel is not always enough: on Python 3.11 ``asyncio.wait_for`` drops a
+    cancellation that arrives as the awaited write completes (redis-py awaits every
+    socket write that way), and a looping job whose cancel was dropped goes on looping.
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=RECANCEL_S)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -34,7 +34,6 @@ worker. A request that has arrived is answered.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import os
@@ -43,6 +42,7 @@ from multiprocessing.connection import Connection
 
 import uvloop
 
+from bidder.core.tasks import cancel_and_wait
 from bidder.serve._loads import WorkerStartError
 from bidder.serve.app import BidderState, build_server
 from bidder.serve.assemble import build_state
@@ -79,8 +79,7 @@ async def stop_background(state: BidderState, tasks: list[asyncio.Task[None]]) -
     for task in tasks:
         task.cancel()
     for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
     for close in state.closers:
         try:
             closing = close()

@@ -12,6 +12,8 @@ import pytest
 from bidder.cli import main
 from tests.bidder.conftest import CAMPAIGNS
 
+pytestmark = pytest.mark.long(15)
+
 BIDSIM = Path(sys.executable).parent / "bidsim"
 
 

@@ -14,6 +14,8 @@ from fcap.rules import Subject
 from fcap.store import CountOutcome, FcapStore
 from tests.fcap.support import DAY_S, HOUR_S, T0, cap, far_deadline, new_user, one_subject
 
+pytestmark = pytest.mark.long(11)
+
 SUBJECTS = [
     one_subject(cap("campaign", "fixed", DAY_S, 2), cap("campaign", "rolling", 6 * HOUR_S, 3),
                 cid=f"c{n}")

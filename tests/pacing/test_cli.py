@@ -10,6 +10,8 @@ import pytest
 from pacing.cli import add_commands
 from tests.cli import run_commands
 
+pytestmark = pytest.mark.long(15)
+
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_STREAM = REPO / "fixtures" / "openrtb" / "sample-stream.jsonl.gz"
 REQUIRED_KEYS = (

@@ -26,6 +26,8 @@ from pacing.lease import chunk_micros
 from tests.bidder.live import LiveBidder, own_aws_resources, stack_settings
 from tests.cli import run_commands
 
+pytestmark = pytest.mark.long(20)
+
 BIDSIM = Path(sys.executable).parent / "bidsim"
 CAMPAIGN = "brightleaf-remnant-mrec"
 """In the bundled campaign file: $1,500 a day on the ``default`` curve."""

@@ -16,6 +16,8 @@ from pacing.forecast_error import scenario_report
 from pacing.report import step_response
 from pacing.simulate import Scenario
 
+pytestmark = pytest.mark.long(18)
+
 DAYS = [(name, ratio) for ratio in (2.5, 1.25) for name in SCENARIOS]
 
 

@@ -62,6 +62,8 @@ from tests.pacing.test_live_ledger import (
     wait_for_totals,
 )
 
+pytestmark = pytest.mark.long(85)
+
 CALIBRATION = Path(__file__).parent / "data" / "day-1m-calibration.json"
 SUPPLY = Path(__file__).parent / "data" / "day-1m-supply.json"
 SUPPLY_RATIO = 1.5

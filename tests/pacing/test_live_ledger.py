@@ -36,6 +36,8 @@ from pacing.curves import day_of
 from pacing.spend_table import SpendTable
 from tests.bidder.live import CAMPAIGNS, own_aws_resources, stack_settings
 
+pytestmark = pytest.mark.long(10)
+
 DRAIN_BOUND_S = 40.0
 
 

@@ -63,7 +63,7 @@ from ids.worker_lease import lease_keys
 from pacing.lease_store import live_nodes_key
 from tests.bidder.live import CAMPAIGNS, stack_settings
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.long(20)]
 
 REQUESTS, RATE = 2400, 300.0
 KILL_AT = 960

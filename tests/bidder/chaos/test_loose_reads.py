@@ -13,6 +13,8 @@ import pytest
 from bidder.chaos.identity_caps import CLASS_RUNS, WORKERS, Plan, measure
 from bidder.stack.local import LocalStack
 
+pytestmark = pytest.mark.long(30)
+
 PLAN = Plan(heavy_share=0.9, limit=20)
 IN_FLIGHT = 3
 """Bids of one person in flight when a worker reads again (duplicate auctions: 2-3)."""

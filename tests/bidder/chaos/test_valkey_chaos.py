@@ -53,7 +53,7 @@ from bidder.serve.settings import Settings
 from bidder.stack.local import LocalStack
 from tests.bidder.live import stack_settings
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.long(14)]
 
 RATE = 300.0
 TICK_S = 2.0

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from bidder.core.tasks import TaskSet
+from bidder.core.tasks import TaskSet, cancel_and_wait
 
 pytestmark = pytest.mark.asyncio
 
@@ -57,3 +57,41 @@ async def test_keep_holds_a_task_started_elsewhere() -> None:
     gate.set()
     await tasks.drain()
     assert len(tasks) == 0
+
+
+async def test_cancel_and_wait_ends_a_loop_that_absorbed_its_first_cancel() -> None:
+    absorbed = []
+
+    async def loop() -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if absorbed:
+                    raise
+                absorbed.append(True)  # as a dropped cancellation leaves a job: looping
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0)
+    await cancel_and_wait(task)
+    assert absorbed == [True] and task.cancelled()
+
+
+async def test_cancel_and_wait_raises_the_tasks_own_failure() -> None:
+    async def fail_on_cancel() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise RuntimeError("closing failed") from None
+
+    task = asyncio.create_task(fail_on_cancel())
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="closing failed"):
+        await cancel_and_wait(task)
+
+
+async def test_cancel_and_wait_on_a_finished_task_returns_at_once() -> None:
+    task = asyncio.create_task(asyncio.sleep(0, "done"))
+    await task
+    await cancel_and_wait(task)
+    assert task.result() == "done"

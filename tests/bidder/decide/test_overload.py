@@ -29,6 +29,8 @@ from bidder.stack.child import free_port, held_port
 from tests.bidder.conftest import EXTERNAL
 from tests.bidder.live import Answer, DeadlineProbe, LiveBidder, StagesHook
 
+pytestmark = pytest.mark.long(12)
+
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()
 HOLD_S = 0.008
 WAIT_S = 10.0

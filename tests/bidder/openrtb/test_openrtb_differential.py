@@ -34,6 +34,8 @@ from tests.bidder.openrtb_reference import (
     reference_view,
 )
 
+pytestmark = pytest.mark.long(15)
+
 json_values = any_json(text_size=3, width=2, max_leaves=6)
 ids = st.sampled_from(["1", "2", "a", "r-1"]) | st.text(min_size=1, max_size=6)
 strings = st.sampled_from(

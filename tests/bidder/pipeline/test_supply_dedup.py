@@ -28,6 +28,8 @@ from bidder.serve.settings import Settings
 from bidder.stack.local import LocalStack
 from tests.bidder.live import own_aws_resources, stack_settings
 
+pytestmark = pytest.mark.long(8)
+
 CLAIMS = "bidsim_dedup_claims_total"
 HOLD_MS = 10.0
 """Generous next to the copies' 1-4 ms spread, so the hold's effect shows through a

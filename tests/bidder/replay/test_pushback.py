@@ -27,6 +27,8 @@ from bidder.serve.app import BidderState
 from bidder.serve.settings import Settings
 from tests.bidder.live import LiveBidder
 
+pytestmark = pytest.mark.long(13)
+
 TMAX_MS = 30.0
 RULE = ThrottleRule(window_s=1.0, step_s=0.5, min_answers=10, cut=0.5, restore=0.25)
 

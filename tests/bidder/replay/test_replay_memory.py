@@ -16,12 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+import pytest
 
 from bidder.bidstream.stream import StreamFile, encode_record, write_stream
 from bidder.replay.schedule import Pacing, schedule
 from bidder.stack.child import free_port
 from tests.bidder.bidstream.importers.test_memory import peak_rss_bytes
 from tests.bidder.replay.test_replayer import bid_request
+
+pytestmark = pytest.mark.long(20)
 
 SMALL_LINES, LARGE_LINES = 2_000, 120_000
 PAGE = "https://news.example.com/" + "story-" * 100

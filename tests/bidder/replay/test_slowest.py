@@ -28,6 +28,8 @@ from bidder.serve.settings import Settings
 from tests.bidder.conftest import EXTERNAL
 from tests.bidder.live import LiveBidder
 
+pytestmark = pytest.mark.long(8)
+
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()
 names = st.from_regex(r"[A-Za-z_]{1,20}", fullmatch=True)
 

@@ -23,6 +23,8 @@ from bidder.serve.settings import Settings
 from tests.bidder.conftest import EXTERNAL
 from tests.bidder.live import DeadlineProbe, LiveBidder, StagesHook
 
+pytestmark = pytest.mark.long(12)
+
 StartBidder = Callable[[Stage], LiveBidder]
 
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()

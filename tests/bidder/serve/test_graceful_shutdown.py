@@ -37,6 +37,8 @@ from pacing.lease_store import leases_key, live_nodes_key, returned_key, returns
 from tests.bidder.live import own_aws_resources, stack_settings
 from tests.pacing.test_live_ledger import notice_outcomes
 
+pytestmark = pytest.mark.long(10)
+
 RETURNS_BOUND_S = 15.0
 
 

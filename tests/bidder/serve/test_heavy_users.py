@@ -54,6 +54,8 @@ from fcap.audit import AboveCap, OverDelivery, cap_over_delivery, claims_from_no
 from fcap.rules import build_subjects
 from tests.bidder.live import CAMPAIGNS, own_aws_resources, stack_settings
 
+pytestmark = pytest.mark.long(12)
+
 KEY = "heavy-users-notice-key-" + "h" * 32
 SIGNER = TokenSigner({"k1": KEY.encode()}, "k1")
 

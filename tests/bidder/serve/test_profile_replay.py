@@ -22,6 +22,8 @@ from bidder.serve.settings import Settings
 from bidder.stack.child import free_port, held_port
 from models.cli import add_commands
 
+pytestmark = pytest.mark.long(12)
+
 
 def _load_profiles(endpoint: str, table: str, stream: Path) -> None:
     parser = argparse.ArgumentParser(prog="bidsim")

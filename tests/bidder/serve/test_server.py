@@ -14,6 +14,8 @@ from bidder.serve.workers import WorkerPoolError
 from bidder.stack.child import free_port, held_port
 from tests.bidder.conftest import EXTERNAL
 
+pytestmark = pytest.mark.long(15)
+
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()
 
 

@@ -39,6 +39,8 @@ from bidder.serve.workers import PoolCollector, Restart, RestartPolicy, WorkerPo
 from bidder.stack.child import die_with_parent, free_port, held_port
 from pacing.lease_store import leases_key
 
+pytestmark = pytest.mark.long(20)
+
 CONTROL_ENV = "BIDSIM_TEST_WORKER_CONTROL"
 BOUND_S = 60.0
 """How long a poll waits for the pool before the test gives up (never asserted on)."""

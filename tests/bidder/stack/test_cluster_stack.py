@@ -31,6 +31,8 @@ from ids.worker_lease import lease_keys
 from pacing.lease_store import leases_key
 from tests.pacing.test_live_ledger import live_settings, notice_outcomes
 
+pytestmark = pytest.mark.long(13)
+
 REQUESTS, RATE = 1000, 400.0
 WARMUP_S = 0.5
 """Start-up answers (first lease reads, slot map loads) are counted, not measured."""

@@ -36,6 +36,8 @@ from tests.bidder.live import LiveBidder
 from tests.bidder.openrtb_checks import with_fresh_user
 from tests.published import sample
 
+pytestmark = pytest.mark.long(8)
+
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()
 CLAIMS = NoticeClaims(
     bid_id=560_000_000_123_456_789, imp_id="1", campaign_id="harbor-bank-leaderboard",

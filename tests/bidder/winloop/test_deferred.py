@@ -41,6 +41,8 @@ from tests.bidder.winloop.test_billing import CLAIMS, SIMPLE_BANNER, Ledger, Sin
 from tests.bidder.winloop.test_spend_stream import KEY, SIGNER, Node, _wait_for_stream
 from tests.published import sample
 
+pytestmark = pytest.mark.long(12)
+
 TTL_MS = 120_000
 
 

@@ -35,6 +35,8 @@ from tests.bidder.conftest import EXTERNAL
 from tests.bidder.live import LiveBidder
 from tests.bidder.openrtb_checks import with_fresh_user
 
+pytestmark = pytest.mark.long(8)
+
 KEY = "crash-test-key-" + "k" * 32
 SIGNER = TokenSigner({"k1": KEY.encode()}, "k1")
 SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.json").read_bytes()

@@ -14,8 +14,12 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from bidder.bidstream.stream import read_stream
 from tests.bidder.bidstream.importers.ipinyou_rows import START, DatasetRow, raw_text, spaced
+
+pytestmark = pytest.mark.long(12)
 
 IMPORT_THEN_REPORT = """
 import sys
