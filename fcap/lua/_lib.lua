@@ -47,19 +47,23 @@ local function impression_expiry(rule, t)
   return bucket_expiry(rule, math.floor(t / rule.size))
 end
 
--- Drop every field that expired more than SLACK_MS ago.
-local function prune(key, now)
+-- The instant (caller ms) a counter field stops mattering; nil when the name is not
+-- a counter's.
+local function field_expiry(field, value)
+  local suffix = string.sub(field, 7)
+  if suffix == '!' or suffix == '~' then
+    return tonumber(value)
+  end
+  local minute = tonumber(suffix, 36)
+  return minute and minute * 60000
+end
+
+-- Drop every field that expired more than SLACK_MS ago by `expiry_of(name, value)`.
+local function prune_by(key, now, expiry_of)
   local all = redis.call('HGETALL', key)
   local stale = {}
   for i = 1, #all, 2 do
-    local suffix = string.sub(all[i], 7)
-    local expiry
-    if suffix == '!' or suffix == '~' then
-      expiry = tonumber(all[i + 1])
-    else
-      expiry = tonumber(suffix, 36)
-      expiry = expiry and expiry * 60000
-    end
+    local expiry = expiry_of(all[i], all[i + 1])
     if expiry == nil or expiry + SLACK_MS < now then
       stale[#stale + 1] = all[i]
     end
@@ -67,6 +71,11 @@ local function prune(key, now)
   if #stale > 0 then
     redis.call('HDEL', key, unpack(stale))
   end
+end
+
+-- Drop every counter field that expired more than SLACK_MS ago.
+local function prune(key, now)
+  prune_by(key, now, field_expiry)
 end
 
 -- Make the key outlive a field expiring at `expiry` (caller ms); TTLs only grow.

@@ -11,29 +11,14 @@ local function field_of(slot)
   return string.match(slot, '^([^@]*)')
 end
 
--- The instant (caller ms) a slot stops mattering; nil when the name is not a counter's.
+-- The instant (caller ms) a slot stops mattering: its field's.
 local function slot_expiry(slot, value)
-  local suffix = string.sub(field_of(slot), 7)
-  if suffix == '!' or suffix == '~' then
-    return tonumber(value)
-  end
-  local minute = tonumber(suffix, 36)
-  return minute and minute * 60000
+  return field_expiry(field_of(slot), value)
 end
 
 -- _lib.lua's prune, on slot names.
 local function prune_slots(key, now)
-  local all = redis.call('HGETALL', key)
-  local stale = {}
-  for i = 1, #all, 2 do
-    local expiry = slot_expiry(all[i], all[i + 1])
-    if expiry == nil or expiry + SLACK_MS < now then
-      stale[#stale + 1] = all[i]
-    end
-  end
-  if #stale > 0 then
-    redis.call('HDEL', key, unpack(stale))
-  end
+  prune_by(key, now, slot_expiry)
 end
 
 -- Append one change of `key` (slot, value, slot, value ...) to the region's log.
