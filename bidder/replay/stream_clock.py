@@ -92,13 +92,6 @@ class ClockFit:
         return StreamClock(round(start), ratio * replay_speed)
 
 
-def stream_clock(records: Iterable[StreamRecord], replay_speed: float) -> StreamClock | None:
-    """The stream's clock at ``replay_speed``; None when its ``t_ms`` or ``ts`` do not move.
-
-    One pass over ``records``."""
-    return ClockFit.of(records).clock(replay_speed)
-
-
 BREAKER_TICKS = 3
 """The least reconciler ticks a breaker window spans on a simulated clock."""
 
@@ -187,6 +180,5 @@ __all__ = [
     "clock_problem",
     "on_clock",
     "read_target_clock",
-    "stream_clock",
     "target_problem",
 ]

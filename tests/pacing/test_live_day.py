@@ -50,7 +50,7 @@ from bidder.replay.campaign_outcomes import budgets_of
 from bidder.replay.pacing_figures import OfflineSettings, pacing_section, sized
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import to_json
-from bidder.replay.stream_clock import on_clock, stream_clock
+from bidder.replay.stream_clock import ClockFit, on_clock
 from bidder.serve.server import running_bidder
 from bidder.stack.local import LocalStack
 from tests.bidder.live import CAMPAIGNS
@@ -83,7 +83,7 @@ async def _day(stack: LocalStack, tmp_path: Path) -> dict[str, Any]:
     campaigns = sized(load_campaign_file(CAMPAIGNS), calibration, SUPPLY_RATIO, 2 * CHUNK_PERIODS)
     docs = {"version": 1, "campaigns": [campaign_to_doc(c) for c in campaigns]}
     campaigns_file.write_bytes(orjson.dumps(docs))
-    clock = stream_clock(records, 1.0)
+    clock = ClockFit.of(records).clock(1.0)
     assert clock is not None
     start_at_ms = time.time_ns() // 1_000_000 + round(LEAD_S * 1000)
     base = live_settings(

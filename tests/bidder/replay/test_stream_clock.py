@@ -11,7 +11,6 @@ from bidder.replay.stream_clock import (
     ClockFit,
     StreamClock,
     clock_problem,
-    stream_clock,
     target_problem,
 )
 
@@ -32,7 +31,7 @@ def test_each_line_arrives_at_its_ts_on_a_constant_ratio_stream(
     offsets: list[int], ratio: int, speed: float
 ) -> None:
     lines = [_line(t, DAY0 + t * ratio) for t in sorted(offsets)]
-    clock = stream_clock(lines, speed)
+    clock = ClockFit.of(lines).clock(speed)
     assert clock is not None and abs(clock.speed - ratio * speed) < 1e-6 * ratio * speed
     sim = clock.at(NOW)
     for line in lines:  # sent at t_ms / speed real ms after the start
@@ -40,9 +39,9 @@ def test_each_line_arrives_at_its_ts_on_a_constant_ratio_stream(
 
 
 def test_a_stream_whose_times_do_not_advance_has_no_clock() -> None:
-    assert stream_clock([_line(0, DAY0)], 1.0) is None
-    assert stream_clock([_line(0, DAY0), _line(0, DAY0)], 1.0) is None
-    assert stream_clock([_line(0, DAY0), _line(10, DAY0)], 1.0) is None
+    assert ClockFit.of([_line(0, DAY0)]).clock(1.0) is None
+    assert ClockFit.of([_line(0, DAY0), _line(0, DAY0)]).clock(1.0) is None
+    assert ClockFit.of([_line(0, DAY0), _line(10, DAY0)]).clock(1.0) is None
 
 
 def test_a_clock_too_fast_for_the_pacing_tick_is_refused_naming_the_options() -> None:
