@@ -30,7 +30,9 @@ that no longer holds it, and the tick would grant that money a second time. A
 generation in the cap is spendable only while ``now < expires_ms``: ``keepable``,
 ``each_holder_covers`` and ``renew`` look at the spendable ones, ``give_back`` at all
 of the cap (an expired lease's unspent remainder may still be taken off the cap).
-With the ledger on time the watermark is ``now`` and both lists are one.
+With the ledger on time (the default) the watermark is ``now`` and the cap holds
+exactly the spendable generations. The reconciler's watermark comes from its spend
+read (``pacing.stream_lag.applied_through_ms``).
 
 Returned leases. A node that shuts down gracefully stops spending, then gives back,
 per campaign, the unspent remainder of the lease it holds (``amount - debited``) and the

@@ -28,10 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_THRESHOLD_S = 10.0
-DEFAULT_LEDGER_DELAY_S = 1.0
-"""How long after a debit its ledger entry may reach the stream: the producer lingers
-0.1 s before a put that is not a full batch (``bidder.winloop.spend_stream``), plus the
-put itself, with room to spare."""
+DEFAULT_LEDGER_DELAY_S = 0.25
+"""How long (real time) after a debit its ledger entry may reach the stream: the
+producer lingers 0.1 s before a put that is not a full batch
+(``bidder.winloop.spend_stream``), plus the put itself. On a 5 s tick any allowance
+below the tick less the lag holds a lease in the cap the same one tick past its
+expiry; on a simulated clock it counts ``speed`` x as much (docs/pacing.md)."""
 
 
 def applied_through_ms(read_at_ms: int, lag_ms: int, ledger_delay_ms: int) -> int:
