@@ -281,6 +281,9 @@ def test_a_lease_its_holders_cannot_bid_from_lapses_and_its_rest_goes_to_fewer_n
 
 
 @given(st.randoms(use_true_random=False), st.integers(1, 4), st.integers(0, 2))
+@example(random.Random(131), 2, 1)  # a lease dropped at expiry: 4,713 micros over
+@example(random.Random(109), 2, 2)  # the same, 1,287 over
+@example(random.Random(100), 4, 1)  # shares below one bid taking turns: 13,154 unspent
 def test_a_fleet_with_supply_spends_the_budget_to_within_one_maximum_bid(
     rnd: random.Random, nodes: int, lag_ticks: int
 ) -> None:
