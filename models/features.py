@@ -85,8 +85,9 @@ CREATIVE_BUCKETS = 128
 _HOUR_MS = 3_600_000
 
 
-def _fingerprint() -> str:
-    definition = {
+def definition() -> dict[str, object]:
+    """Everything a column's meaning depends on: what ``FINGERPRINT`` hashes."""
+    return {
         "version": FEATURE_VERSION,
         "features": [[f.name, f.categorical] for f in FEATURES],
         "ssps": SSPS,
@@ -97,10 +98,13 @@ def _fingerprint() -> str:
         "creative_buckets": CREATIVE_BUCKETS,
         "units": {"hour": "UTC from clock.wall_ms", "floor_cpm": "USD CPM", "hours": "3600 s"},
     }
-    return hashlib.sha256(orjson.dumps(definition, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
 
-FINGERPRINT = _fingerprint()
+def fingerprint(parts: Mapping[str, object]) -> str:
+    return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+FINGERPRINT = fingerprint(definition())
 
 _SSP_CODE = {name: i + 1 for i, name in enumerate(SSPS)}
 _CHANNEL_CODE = {name: i + 1 for i, name in enumerate(CHANNELS)}

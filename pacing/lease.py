@@ -186,8 +186,8 @@ class FleetAccounts:
 
     def __init__(self, nodes: int) -> None:
         self.lease: Lease | None = None
-        self.spent = np.zeros(nodes, dtype=np.int64)
-        self.amounts = np.zeros(nodes, dtype=np.int64)
+        self.spent: np.ndarray = np.zeros(nodes, dtype=np.int64)
+        self.amounts: np.ndarray = np.zeros(nodes, dtype=np.int64)
 
     def install(self, lease: Lease, holders: int | None = None) -> None:
         """``lease`` for the first ``holders`` nodes (default: all), empty for the rest."""
@@ -221,7 +221,7 @@ class FleetAccounts:
         notice is routed to the worker that bid: ``pacing.debits``). Returns each node's
         debits; an account may go below zero by the last win's cost less ``max_cost``."""
         nodes = len(self.spent)
-        got = np.zeros(nodes, dtype=np.int64)
+        got: np.ndarray = np.zeros(nodes, dtype=np.int64)
         if self.lease is None or not self.live(now_ms) or not len(costs):
             return got
         bidder = bidders.tolist()

@@ -141,5 +141,8 @@ class SimClock:
 
 
 def real_ttl_ms(wall_lifetime_ms: float, clock: Clock) -> int:
-    """The relative TTL (real ms, at least 1) that lasts ``wall_lifetime_ms`` on ``clock``."""
-    return max(math.ceil(wall_lifetime_ms / clock.speed), 1)
+    """The relative TTL (real ms, at least 1) that lasts ``wall_lifetime_ms`` on ``clock``.
+
+    The quotient is rounded to a nanosecond before its ceiling is taken, so a float error
+    (161 / 1.4 is 115.00000000000001) does not add a whole millisecond."""
+    return max(math.ceil(round(wall_lifetime_ms / clock.speed, 6)), 1)
