@@ -113,6 +113,8 @@ def _scenario_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kd", type=float, default=DEFAULT_GAINS.kd)
     p.add_argument("--chunk-periods", type=int, default=PacingConfig().chunk_periods_per_day,
                    help="chunk = budget / nodes / this (default 288)")  # fmt: skip
+    p.add_argument("--ledger-lag-ticks", type=int, default=0, metavar="N",
+                   help="each tick sees the spend applied N ticks before (default 0)")  # fmt: skip
     p.add_argument("--json", type=Path, metavar="OUT", help="write the JSON report here")
     add_actual_options(p)
 
@@ -161,6 +163,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         problems.append("--nodes must be at least 1")
     if args.supply_ratio <= 0:
         problems.append("--supply-ratio must be above 0")
+    if args.ledger_lag_ticks < 0:
+        problems.append("--ledger-lag-ticks must be at least 0")
     config = PacingConfig(tick_s=args.tick_s, chunk_periods_per_day=args.chunk_periods)
     problems += [f"--{p.replace('_', '-')}" for p in config.problems()]
     try:
@@ -179,6 +183,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         market=Market(),
         config=replace(config, gains=gains),
         seed=args.seed,
+        ledger_lag_ticks=args.ledger_lag_ticks,
     )
 
 

@@ -11,21 +11,35 @@ the old one. Hence the bounds:
 - a stalled reconciler: at most the old lease's rest plus the new one, 2 chunks per
   node, and then nothing: every lease expires two ticks after it was written.
 
-*Exposure* bounds what nodes can still spend from the leases written so far; grants
-keep ``spent + exposure <= budget``. It is a running balance: grants add, the spend
-applied since the previous tick subtracts (nodes spend only from leases, whichever one
-it came from), capped at the amounts of the unexpired leases and floored at 0.
+*Exposure* bounds what nodes can still spend from the leases written so far, plus what
+they spent that the ledger has not applied yet; grants keep ``spent + exposure <=
+budget``. It is a running balance: grants add, the spend applied since the previous
+tick subtracts (nodes spend only from leases, whichever one it came from), capped at
+the amounts of the leases whose spend may not all be applied yet, and floored at 0.
 Subtracting spend per lease instead would be unsound: spend after a grant may come from
 the lease it replaced, leaving the new one whole. Spend beyond the balance is reported
-as ``overdrawn``. Late ledger entries only make the balance conservative, except that
-the expiry cap assumes a lease's spend is applied by the tick it expires at.
+as ``overdrawn``. Late ledger entries only make the balance conservative.
+
+The cap. A lease stops being spendable at its expiry, but its spend is applied only
+once the ledger has caught up past that instant: the spend stream's consumer runs
+behind, and a debit reaches the stream some time after it was made. So ``observe``
+takes the *watermark*, the instant through which every debit is applied, and a
+generation stays in the cap while ``expires_ms > watermark``; dropped at its expiry
+instead, the spend from it that arrives afterwards would be subtracted from a balance
+that no longer holds it, and the tick would grant that money a second time. A
+generation in the cap is spendable only while ``now < expires_ms``: ``keepable``,
+``each_holder_covers`` and ``renew`` look at the spendable ones, ``give_back`` at all
+of the cap (an expired lease's unspent remainder may still be taken off the cap).
+With the ledger on time (the default) the watermark is ``now`` and the cap holds
+exactly the spendable generations. The reconciler's watermark comes from its spend
+read (``pacing.stream_lag.applied_through_ms``).
 
 Returned leases. A node that shuts down gracefully stops spending, then gives back,
 per campaign, the unspent remainder of the lease it holds (``amount - debited``) and the
 whole amount of a newer lease written for it that it never installed
 (``pacing.lua.return_leases``). ``LeaseBook.give_back`` takes a remainder off the exposure
 and off its lease generation's total, once per node and generation, and only while that
-generation is unexpired (after expiry the cap has already dropped it). Sound because a
+generation is in the cap (once dropped, there is nothing to take off). Sound because a
 remainder is what was granted minus what the node *debited*, and every debit reaches the
 ledger: ``grants - applied - remainder`` still bounds what the other nodes can spend, as
 long as nothing is debited to the departed node afterwards (it stops serving first,
@@ -70,12 +84,20 @@ def expiry_ms(issued_ms: int, tick_ms: int) -> int:
     return issued_ms + EXPIRY_TICKS * tick_ms
 
 
-def grant_per_node(budget: int, spent: int, exposure: int, nodes: int, chunk: int) -> int:
-    """What each of ``nodes`` may get now so that spent + exposure stays within budget."""
+def grant_per_node(
+    budget: int, spent: int, exposure: int, nodes: int, chunk: int, max_cost: int = 0
+) -> int:
+    """What each of ``nodes`` may get now so that spent + exposure stays within budget;
+    nothing when that is less than one impression at ``max_cost``: no node could bid
+    from it, and it would hold money in the exposure until it expires. (Money still held
+    for an expired lease whose spend is not all applied splits what is left in two; a
+    grant of the part not held, too small to bid from, would then hold that part in
+    turn, and the two would take turns with neither spent.)"""
     available = budget - spent - exposure
     if nodes < 1 or available <= 0:
         return 0
-    return min(chunk, available // nodes)
+    share = min(chunk, available // nodes)
+    return share if share >= max_cost else 0
 
 
 def tail_holders(available: int, nodes: int, max_cost: int) -> int:
@@ -266,10 +288,12 @@ class LeaseBook:
     tick's grant; ``exposure`` is the bound after both (see the module docstring).
     """
 
-    __slots__ = ("_exposure", "_live", "_spent", "overdrawn")
+    __slots__ = ("_capped", "_exposure", "_now", "_spent", "overdrawn")
 
     def __init__(self) -> None:
-        self._live: list[_Generation] = []
+        self._capped: list[_Generation] = []
+        """The generations whose spend may not all be applied yet, oldest first."""
+        self._now: int | None = None
         self._exposure = 0
         self._spent: int | None = None
         self.overdrawn = 0
@@ -279,15 +303,25 @@ class LeaseBook:
     def exposure(self) -> int:
         return self._exposure
 
-    def observe(self, now_ms: int, spent: int) -> int:
-        """The exposure at ``now_ms`` given the campaign's cumulative ``spent``."""
-        self._live = [g for g in self._live if g.expires_ms > now_ms]
+    def observe(self, now_ms: int, spent: int, applied_through_ms: int | None = None) -> int:
+        """The exposure at ``now_ms`` given the campaign's cumulative ``spent``, which
+        holds every debit made before ``applied_through_ms`` (the ledger's watermark;
+        default ``now_ms``: a ledger on time; never later than ``now_ms``)."""
+        through = now_ms if applied_through_ms is None else min(applied_through_ms, now_ms)
+        self._now = now_ms
+        self._capped = [g for g in self._capped if g.expires_ms > through]
         since = 0 if self._spent is None else spent - self._spent
         self._spent = spent
         left = self._exposure - since
         self.overdrawn = max(0, -left)
-        self._exposure = max(0, min(left, sum(g.total_micros for g in self._live)))
+        self._exposure = max(0, min(left, sum(g.total_micros for g in self._capped)))
         return self._exposure
+
+    def _live(self) -> list[_Generation]:
+        """The generations nodes may still spend from, as of the last ``observe``."""
+        if self._now is None:
+            return list(self._capped)
+        return [g for g in self._capped if is_live(g.expires_ms, self._now)]
 
     def record(
         self, lease_id: int, per_node: int, nodes: int, expires_ms: int, fleet: int | None = None
@@ -296,7 +330,7 @@ class LeaseBook:
         if per_node > 0 and nodes > 0:
             total, spent = per_node * nodes, self._spent or 0
             gen = _Generation(lease_id, per_node, nodes, total, expires_ms, fleet or nodes, spent)
-            self._live.append(gen)
+            self._capped.append(gen)
             self._exposure += total
 
     def keepable(self, per_node: int, nodes: int) -> Kept | None:
@@ -304,7 +338,8 @@ class LeaseBook:
         granted when as many nodes were live: keeping it (same id: nodes keep what they
         spent from it) grants nothing new, where a smaller fresh lease would replace it
         on the nodes while the exposure still holds it whole. Call after ``observe``."""
-        gen = self._live[-1] if self._live else None
+        live = self._live()
+        gen = live[-1] if live else None
         if gen is None or gen.per_node <= per_node or gen.fleet != nodes or gen.returned_by:
             return None
         return Kept(Lease(gen.lease_id, gen.per_node, gen.expires_ms, 0), gen.nodes)
@@ -313,7 +348,7 @@ class LeaseBook:
         """Whether every node holding a live generation surely has ``cost_micros`` left of
         it: all the campaign's spend applied since its grant (whichever lease paid it)
         is at most one node's share less that cost. Call after ``observe``."""
-        gen = next((g for g in self._live if g.lease_id == lease_id), None)
+        gen = next((g for g in self._live() if g.lease_id == lease_id), None)
         if gen is None:
             return False
         return (self._spent or 0) - gen.spent_at + cost_micros <= gen.per_node
@@ -321,18 +356,20 @@ class LeaseBook:
     def renew(self, lease_id: int, expires_ms: int) -> None:
         """Extend a live generation's expiry: its nodes keep spending it, and the
         exposure keeps counting it, until then. Call after ``observe``."""
-        for gen in self._live:
+        for gen in self._live():
             if gen.lease_id == lease_id:
                 gen.expires_ms = max(gen.expires_ms, expires_ms)
 
     def give_back(self, node: str, lease_id: int, micros: int) -> int:
         """Take ``node``'s unspent remainder of lease ``lease_id`` off the exposure.
 
-        Call after ``observe`` (so expired generations are gone). Returns what was
-        taken off: at most the node's share of that generation, nothing when the
-        generation has expired or this node's remainder of it was taken already.
+        Call after ``observe`` (so the generations out of the cap are gone). Returns
+        what was taken off: at most the node's share of that generation, nothing when
+        the cap has dropped the generation or this node's remainder of it was taken
+        already. An expired generation still in the cap counts: the remainder was never
+        debited, so no late ledger entry will bring it back.
         """
-        gen = next((g for g in self._live if g.lease_id == lease_id), None)
+        gen = next((g for g in self._capped if g.lease_id == lease_id), None)
         if gen is None or node in gen.returned_by or micros <= 0:
             return 0
         gen.returned_by.add(node)
@@ -345,5 +382,6 @@ class LeaseBook:
         """The same leases for a new spend total (a new pacing day): the next
         ``observe`` takes its spend as the baseline and subtracts nothing."""
         book = LeaseBook()
-        book._live, book._exposure = list(self._live), self._exposure
+        book._capped, book._exposure = list(self._capped), self._exposure
+        book._now = self._now
         return book

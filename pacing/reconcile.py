@@ -47,7 +47,7 @@ from pacing.lease import (
     tail_holders,
 )
 from pacing.pid import Pid, PidGains
-from pacing.stream_lag import DEFAULT_THRESHOLD_S
+from pacing.stream_lag import DEFAULT_LEDGER_DELAY_S, DEFAULT_THRESHOLD_S
 
 DEFAULT_GAINS = PidGains(kp=0.03, ki=0.001, kd=0.0)
 """Tuned on the standard scenario (docs/pacing.md): stable for supply 1.2-7.5x target."""
@@ -66,6 +66,10 @@ class PacingConfig:
     """The rate before any spend has been seen (the integral's starting value)."""
     lag_threshold_s: float = DEFAULT_THRESHOLD_S
     """Spend stream consumer lag above which no lease is granted (``pacing.stream_lag``)."""
+    ledger_delay_s: float = DEFAULT_LEDGER_DELAY_S
+    """How long (real seconds, like the lag) after a debit its ledger entry may reach the
+    spend stream: the lease book keeps an expired lease in its cap until the spend read
+    covers its expiry (``pacing.stream_lag.applied_through_ms``)."""
 
     @property
     def tick_ms(self) -> int:
@@ -87,6 +91,8 @@ class PacingConfig:
             found.append("breaker_ratio must be above 1 and breaker_window_s above 0")
         if not self.lag_threshold_s >= 0.001:
             found.append(f"lag_threshold_s must be at least 0.001, got {self.lag_threshold_s}")
+        if not 0 <= self.ledger_delay_s <= 3_600:
+            found.append(f"ledger_delay_s must be in 0..3600, got {self.ledger_delay_s}")
         return found
 
 
@@ -184,14 +190,17 @@ class CampaignPacer:
         nodes: int,
         lease_id: int,
         returns: Sequence[ReturnedLease] = (),
+        applied_through_ms: int | None = None,
     ) -> Plan:
+        """``applied_through_ms``: ``spent`` holds every debit made before it (default
+        ``now_ms``; ``LeaseBook.observe``)."""
         b, cfg = self.budget, self.config
         now_s = second_of_day(now_ms)
         target = b.curve.target_micros(b.daily_budget_micros, now_s)
         tripped = self._observe(now_s, spent, target)
         rate = self._control(now_s, spent, target)
         paused = self.breaker.open or not b.active
-        self.book.observe(now_ms, spent)
+        self.book.observe(now_ms, spent, applied_through_ms)
         returned = tuple((r, self.book.give_back(r.node, r.lease_id, r.micros)) for r in returns)
         if paused:
             lease, holders = Lease(lease_id, 0, expiry_ms(now_ms, cfg.tick_ms), 0), nodes
@@ -213,7 +222,9 @@ class CampaignPacer:
         expires = expiry_ms(now_ms, cfg.tick_ms)
         available = b.daily_budget_micros - spent - book.exposure
         holders = tail_holders(available, nodes, b.max_cost_micros)
-        per_node = grant_per_node(b.daily_budget_micros, spent, book.exposure, holders, chunk)
+        per_node = grant_per_node(
+            b.daily_budget_micros, spent, book.exposure, holders, chunk, b.max_cost_micros
+        )
         kept = book.keepable(per_node, nodes)
         if kept is None:
             book.record(lease_id, per_node, holders, expires, nodes)
@@ -273,12 +284,15 @@ class Reconcile:
         spent: Mapping[str, int],
         nodes: int,
         returns: Sequence[ReturnedLease] = (),
+        applied_through_ms: int | None = None,
     ) -> TickResult:
         """Plans for every campaign with a known spend; unknown spend means no lease.
 
         ``returns``: what departed nodes gave back. Each record is applied at most once
         however often it is passed; ``returns_seen`` lists the ones that need not be
         passed again (those of a campaign skipped this tick are not in it).
+        ``applied_through_ms``: the ledger's watermark, the instant before which every
+        debit is in ``spent`` (default ``now_ms``: a ledger on time).
         """
         self._lease_id = max(self._lease_id + 1, now_ms)
         day, result = day_of(now_ms), TickResult()
@@ -291,7 +305,7 @@ class Reconcile:
                 continue
             mine = by_campaign.get(budget.campaign_id, [])
             plan = self._pacer(budget, day).step(
-                now_ms, spent[budget.campaign_id], nodes, self._lease_id, mine
+                now_ms, spent[budget.campaign_id], nodes, self._lease_id, mine, applied_through_ms
             )
             result.returns_seen += mine
             result.plans.append(plan)

@@ -14,7 +14,9 @@ One tick (``Reconciler.tick``, every ``tick_s``, default 5 s):
    the hold starts and ends, counted in ``bidsim_pacing_lag_held_ticks``), save the
    checkpoints and stop here;
 5. read the live nodes and what departed nodes returned, run the pure tick
-   (``pacing.reconcile``);
+   (``pacing.reconcile``) with the spend read's watermark: the read's start less the
+   lag and the producer's delay (``pacing.stream_lag.applied_through_ms``), before
+   which every debit is applied;
 6. write each live node's leases to Valkey; only then save the shard checkpoints;
 7. log the applied returns and delete exactly the returned records this tick applied.
 
@@ -66,7 +68,7 @@ from pacing.reconcile import (
 )
 from pacing.spend_reader import KinesisReader
 from pacing.spend_table import SpendStoreError, SpendTable
-from pacing.stream_lag import LagDecision, LagGate
+from pacing.stream_lag import LagDecision, LagGate, applied_through_ms
 
 log = logging.getLogger("bidsim.reconciler")
 
@@ -153,6 +155,7 @@ class Reconciler:
         return report
 
     def _tick(self) -> TickReport:
+        read_at = self._clock.wall_ms()
         raw = self._reader.read()
         lag = self._observe_lag(self._reader.lag_ms)
         entries, bad = _decode(raw)
@@ -167,8 +170,13 @@ class Reconciler:
             return TickReport(TickResult(), applied, [], bad, lag, mismatches)
         nodes = self._leases.live_nodes(now_ms)
         returns = self._read_returns(now_ms, nodes)
-        result = self.core.tick(now_ms, budgets, spent, len(nodes), returns)
-        expires = expiry_ms(now_ms, self.core.config.tick_ms)
+        cfg = self.core.config
+        speed = self._clock.speed  # the lag and the producer's delay are real time
+        through = applied_through_ms(
+            read_at, round(lag.lag_ms * speed), round(cfg.ledger_delay_s * 1000 * speed)
+        )
+        result = self.core.tick(now_ms, budgets, spent, len(nodes), returns, through)
+        expires = expiry_ms(now_ms, cfg.tick_ms)
         ttl_ms = real_ttl_ms(expires - now_ms, self._clock)
         self._leases.write_each(node_leases(nodes, result.plans), ttl_ms)
         self._leased_to.update(dict.fromkeys(nodes, expires))

@@ -198,6 +198,7 @@ def describe(sc: Scenario) -> dict[str, Any]:
         "ki": cfg.gains.ki,
         "kd": cfg.gains.kd,
         "chunk_micros": sc.chunk,
+        "ledger_lag_ticks": sc.ledger_lag_ticks,
         "market": {
             "median_cpm_micros": sc.market.median_cpm_micros,
             "sigma": sc.market.sigma,

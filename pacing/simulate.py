@@ -14,8 +14,8 @@ curve asks for, hour by hour when the supply curve is the target curve (``supply
 None) or a bidstream's shape otherwise; ``actual`` (``pacing.actual``) then shifts,
 scales or drops that supply and shifts the market's prices, hour by hour
 (``Scenario.available_by_hour``). Events (a supply step, a stalled or late
-reconciler, a runaway campaign) are switched on by ``Scenario`` fields. The same seed
-gives the same day.
+reconciler, a runaway campaign, a ledger that lags) are switched on by ``Scenario``
+fields. The same seed gives the same day.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -106,6 +107,10 @@ class Scenario:
     the node that bid (live, the notice is routed to it: ``pacing.debits``; the live
     debit lands up to one lease refresh later, which this does not model). 0: a node
     spends its lease to the last micro."""
+    ledger_lag_ticks: int = 0
+    """How many ticks behind the spend the reconciler sees is: each tick sees the spend
+    applied by the tick that many before, and tells the lease book so (its watermark,
+    ``pacing.lease``)."""
 
     @property
     def chunk(self) -> int:
@@ -195,6 +200,8 @@ class _Day:
         )  # fmt: skip
         self.fleet = FleetAccounts(sc.nodes)
         self.applied = sc.curve.target_micros(sc.budget_micros, sc.start_s)
+        self.ledger = deque([self.applied], maxlen=sc.ledger_lag_ticks + 1)
+        """The spend applied by each of the last ticks: the oldest is what a tick sees."""
 
     def run(self, progress: Progress | None) -> Trace:
         sc = self.sc
@@ -204,6 +211,8 @@ class _Day:
         trace = Trace(sc, ticks, spend, rates)
         after_stall = np.zeros(sc.nodes, dtype=np.int64)
         for k, now_s in enumerate(ticks.tolist()):
+            if k:
+                self.ledger.append(self.applied)
             if self._reconciler_runs(now_s):
                 self._tick(now_s, trace)
             node_spend, rates[k] = self._spend(now_s)
@@ -228,7 +237,10 @@ class _Day:
 
     def _tick(self, now_s: float, trace: Trace) -> None:
         now_ms = DAY0_MS + round(now_s * 1000)
-        result = self.reconcile.tick(now_ms, [self.budget], {CAMPAIGN: self.applied}, self.sc.nodes)
+        lag = self.sc.ledger_lag_ticks
+        seen = {CAMPAIGN: self.ledger[0]}
+        through = now_ms - lag * self.sc.config.tick_ms
+        result = self.reconcile.tick(now_ms, [self.budget], seen, self.sc.nodes, (), through)
         plan = result.plans[0]
         trace.violations.extend(result.violations)
         if plan.tripped:

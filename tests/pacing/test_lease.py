@@ -46,6 +46,12 @@ def test_grants_never_exceed_the_budget(
         assert spent + exposure + each * nodes <= budget
 
 
+def test_a_share_below_one_impression_at_the_maximum_bid_is_not_granted() -> None:
+    assert grant_per_node(1_000, 0, 0, 1, 500, max_cost=500) == 500
+    assert grant_per_node(1_000, 600, 0, 1, 500, max_cost=500) == 0  # 400 left: no bid
+    assert grant_per_node(1_000, 600, 0, 1, 500) == 400  # no maximum: every micro counts
+
+
 def test_lease_encoding_round_trips_and_refuses_garbage() -> None:
     lease = Lease(7, 694_444, 1_767_225_610_000, 400_000)
     assert Lease.decode(lease.encode().encode()) == lease
@@ -335,28 +341,33 @@ def test_a_returned_remainder_leaves_its_lease_generation_too() -> None:
         max_size=25,
     ),
     st.integers(1, 120),
+    st.integers(0, 2),
 )
-def test_with_returns_exposure_still_bounds_what_the_nodes_can_spend(
-    steps: list[tuple[list[int], int | None]], per_node: int
+def test_with_returns_and_a_late_ledger_exposure_bounds_unapplied_and_future_spend(
+    steps: list[tuple[list[int], int | None]], per_node: int, lag_ticks: int
 ) -> None:
     """A model fleet: every tick each node installs a fresh lease and spends from it;
     now and then one leaves and returns its remainder (amount - debited), applied at
-    the next tick after that tick's spend. Exposure must stay >= what the nodes still
-    holding leases can spend, and >= 0."""
+    the next tick after that tick's spend. The ledger runs ``lag_ticks`` behind.
+    Exposure must stay >= what the nodes still holding leases can spend plus what
+    they spent that is not applied yet, and >= 0."""
     book, spent, now = LeaseBook(), 0, 0
+    ledger = [0] * 3  # the spend by each tick
     nodes = ["n0", "n1", "n2"]
     held: dict[str, list[int]] = {}  # node -> [lease id, amount, debited, expires]
     returns: list[tuple[str, int, int]] = []
     for wants, leaving in steps:
         now += 5_000
-        book.observe(now, spent)
+        ledger.append(spent)
+        applied = ledger[-1 - lag_ticks]
+        book.observe(now, applied, applied_through_ms=now - lag_ticks * 5_000)
         for node, lease_id, unspent in returns:
             before = book.exposure
             taken = book.give_back(node, lease_id, unspent)
             assert book.exposure == max(0, before - taken)
         returns = []
         can_spend = sum(a - d for _, a, d, expires in held.values() if expires > now)
-        assert book.exposure >= can_spend >= 0
+        assert book.exposure >= can_spend + spent - applied >= 0
         book.record(now, per_node, len(nodes), now + 10_000)
         held = {node: [now, per_node, 0, now + 10_000] for node in nodes}
         for node, want in zip(nodes, wants, strict=False):
@@ -367,3 +378,51 @@ def test_with_returns_exposure_still_bounds_what_the_nodes_can_spend(
             node = nodes.pop(leaving)
             lease_id, amount, debited, _ = held.pop(node)
             returns.append((node, lease_id, amount - debited))
+
+
+def _two_leases_spent_whole(book: LeaseBook) -> None:
+    """One node: lease 1 at 0 (100), lease 2 at 5 s (100, all the budget of 200 out).
+    The node spends lease 1 whole just after 5 s, before it picks up lease 2, then
+    lease 2 whole before 10 s: 200 spent, none of it applied by 10 s."""
+    book.observe(0, spent=0)
+    book.record(1, 100, 1, expires_ms=10_000)
+    book.observe(5_000, spent=0)
+    book.record(2, 100, 1, expires_ms=15_000)
+
+
+def test_a_lease_whose_spend_is_not_applied_yet_stays_in_the_cap_past_its_expiry() -> None:
+    book = LeaseBook()
+    _two_leases_spent_whole(book)
+    # the ledger is a tick behind: at 10 s it holds the spend before 5 s, none
+    exposure = book.observe(10_000, spent=0, applied_through_ms=5_000)
+    assert exposure == 200  # lease 1 expired, but its spend may still be on its way
+    assert grant_per_node(200, 0, exposure, 1, 100) == 0
+    # the late spend arrives: both leases were spent whole, nothing was granted twice
+    assert book.observe(15_000, spent=200, applied_through_ms=10_000) == 0
+    assert book.overdrawn == 0
+
+
+def test_an_expired_lease_in_the_cap_is_neither_kept_nor_renewed() -> None:
+    book = LeaseBook()
+    book.observe(0, spent=0)
+    book.record(1, 100, 1, expires_ms=10_000)
+    book.observe(10_000, spent=0, applied_through_ms=5_000)
+    assert book.exposure == 100  # in the cap, but no node may spend it any more
+    assert book.keepable(50, 1) is None
+    assert not book.each_holder_covers(1, 1)
+    book.renew(1, 20_000)
+    assert book.observe(15_000, spent=0, applied_through_ms=10_000) == 0
+
+
+def test_a_remainder_of_an_expired_lease_still_in_the_cap_is_taken_off() -> None:
+    book = _book_with_one_lease()
+    book.observe(10_000, spent=0, applied_through_ms=5_000)
+    assert book.give_back("n1", 1, 70) == 70
+    assert book.exposure == 130
+
+
+def test_a_watermark_past_now_is_taken_as_now() -> None:
+    book = LeaseBook()
+    book.observe(0, spent=0)
+    book.record(1, 100, 1, expires_ms=10_000)
+    assert book.observe(5_000, spent=0, applied_through_ms=99_000) == 100

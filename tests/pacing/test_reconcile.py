@@ -281,15 +281,15 @@ def test_a_lease_its_holders_cannot_bid_from_lapses_and_its_rest_goes_to_fewer_n
 
 
 @given(st.randoms(use_true_random=False), st.integers(1, 4), st.integers(0, 2))
+@example(random.Random(131), 2, 1)  # a lease dropped at expiry: 4,713 micros over
+@example(random.Random(109), 2, 2)  # the same, 1,287 over
+@example(random.Random(100), 4, 1)  # shares below one bid taking turns: 13,154 unspent
 def test_a_fleet_with_supply_spends_the_budget_to_within_one_maximum_bid(
     rnd: random.Random, nodes: int, lag_ticks: int
 ) -> None:
-    """Liveness of renewals, lapses and the tail: nodes that win every tick, picking up
-    each tick's leases late, with the ledger ``lag_ticks`` behind, end less than one
-    impression at the maximum bid short of the budget. Never over it only with the
-    ledger on time: the expiry cap assumes a lease's spend is applied by the tick it
-    expires at (``pacing.lease``), and a late ledger breaks that: with 2 nodes and the
-    ledger 1-2 ticks behind, about 1% of random days ended up to 17,595 micros over."""
+    """Renewals, lapses and the tail: nodes that win every tick, picking up each tick's
+    leases late, with the ledger ``lag_ticks`` behind (and the tick told so), end less
+    than one impression at the maximum bid short of the budget, and never over it."""
     budget, max_cost = Budget("c1", "adv", 172_745, STANDARD, max_cost_micros=12_000), 12_000
     core = Reconcile(PacingConfig(tick_s=720, chunk_periods_per_day=2, breaker_window_s=86_400))
     names = [f"n{k}" for k in range(nodes)]
@@ -310,11 +310,10 @@ def test_a_fleet_with_supply_spends_the_budget_to_within_one_maximum_bid(
             held[name] = (lease, used)
         now += 720_000
         applied.append(spent)
-        result = core.tick(now, [budget], {"c1": applied[-1 - lag_ticks]}, nodes)
+        through = now - lag_ticks * 720_000
+        result = core.tick(now, [budget], {"c1": applied[-1 - lag_ticks]}, nodes, (), through)
         written = node_leases(names, result.plans)
-    assert 172_745 - max_cost < spent
-    if lag_ticks == 0:
-        assert spent <= 172_745
+    assert 172_745 - max_cost < spent <= 172_745
 
 
 node_wins = st.lists(st.integers(1, 60), max_size=4)

@@ -86,10 +86,11 @@ def world(
         valkey.zadd(live_nodes_key(prefix), {node: T0 + 3_600_000})
     with ThreadPoolExecutor(2) as pool:
 
-        def make() -> Reconciler:
+        def make(config: PacingConfig | None = None) -> Reconciler:
             reader = KinesisReader(client, name, table, pool)
             writer = LeaseWriter(valkey, prefix)
-            return Reconciler(reader, table, writer, lambda: CAMPAIGNS, clock, PacingConfig())
+            config = config or PacingConfig()
+            return Reconciler(reader, table, writer, lambda: CAMPAIGNS, clock, config)
 
         yield {"make": make, "kinesis": client, "stream": name, "table": table,
                "clock": clock, "prefix": prefix}  # fmt: skip
@@ -200,6 +201,30 @@ def _stall_spend(impressions: int) -> list[LedgerEntry]:
     ]
 
 
+def _exposure_at_the_first_leases_expiry(world: dict[str, Any], config: PacingConfig) -> int:
+    reconciler, clock = world["make"](config), world["clock"]
+    for _ in range(2):
+        reconciler.tick()
+        clock.advance(5.0)
+    plans = reconciler.tick().result.plans  # the first tick's leases expire now
+    return next(p.exposure_micros for p in plans if p.campaign_id == "c1")
+
+
+def test_an_expired_lease_stays_in_the_exposure_until_the_spend_read_covers_its_expiry(
+    world: dict[str, Any],
+) -> None:
+    # a debit made just before the expiry may reach the stream up to the ledger delay
+    # later, after this tick's read: the first leases (2 nodes x CHUNK) still count
+    assert _exposure_at_the_first_leases_expiry(world, PacingConfig()) == 6 * CHUNK
+
+
+def test_without_a_ledger_delay_a_lease_leaves_the_exposure_at_its_expiry(
+    world: dict[str, Any],
+) -> None:
+    config = PacingConfig(ledger_delay_s=0.0)
+    assert _exposure_at_the_first_leases_expiry(world, config) == 4 * CHUNK
+
+
 def test_undecodable_records_are_skipped_and_counted(world: dict[str, Any]) -> None:
     world["kinesis"].put_record(StreamName=world["stream"], Data=b"nope", PartitionKey="x")
     _put(world, _entries(5))
@@ -224,6 +249,7 @@ def test_config_problems_are_named() -> None:
     assert _named(PacingConfig(tick_s=0.0)) == ["tick_s"]
     assert _named(replace(PacingConfig(), breaker_ratio=0.5)) == ["breaker_ratio"]
     assert _named(PacingConfig(tick_s=0.0, chunk_micros=0)) == ["tick_s", "chunk_micros"]
+    assert _named(PacingConfig(ledger_delay_s=-1.0)) == ["ledger_delay_s"]
     assert PacingConfig().problems() == []
 
 

@@ -85,3 +85,21 @@ def test_the_bid_time_bound_leaves_less_than_one_maximum_cost_per_node_unspent()
     for max_cost in (5_000, 12_000, 20_000):
         bound = tracking(run(replace(base, max_cost_micros=max_cost)))["eod_spend_micros"]
         assert free - 2 * max_cost < bound < free
+
+
+def _end_of_budget(nodes: int, lag_ticks: int, seed: int) -> Scenario:
+    """Nodes bidding only while their lease covers one impression at the maximum, the
+    budget binding at the end of the day, the reconciler ``lag_ticks`` behind the spend."""
+    return Scenario(
+        budget_micros=200_000, nodes=nodes, supply_ratio=2.5, seed=seed, max_cost_micros=12_000,
+        config=PacingConfig(tick_s=720.0, chunk_periods_per_day=4, breaker_window_s=86_400.0),
+        ledger_lag_ticks=lag_ticks,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("lag_ticks", [1, 2])
+def test_a_day_with_the_ledger_behind_ends_within_its_budget(lag_ticks: int) -> None:
+    for nodes, seed in ((2, 1), (2, 2), (3, 1), (4, 1)):
+        trace = run(_end_of_budget(nodes, lag_ticks, seed))
+        assert int(trace.cum[-1]) <= 200_000
+        assert trace.violations == []

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pacing.reconcile import PacingConfig
-from pacing.stream_lag import LagGate, holds
+from pacing.stream_lag import LagGate, applied_through_ms, holds
 
 THRESHOLD_MS = 10_000
 lags = st.lists(st.integers(0, 60_000), max_size=40)
@@ -69,3 +69,8 @@ def test_a_threshold_below_one_ms_is_refused() -> None:
     assert PacingConfig(lag_threshold_s=0.0).problems() == [
         "lag_threshold_s must be at least 0.001, got 0.0"
     ]
+
+
+def test_the_watermark_is_the_reads_start_less_the_lag_and_the_producers_delay() -> None:
+    assert applied_through_ms(100_000, 2_500, 1_000) == 96_500
+    assert applied_through_ms(100_000, 0, 0) == 100_000
