@@ -13,26 +13,17 @@ PYVER := $(shell $(PYTHON) -c '$(PYVER_OF)' 2>/dev/null)
 # One stamp per Python version, so a change of version is a missing stamp.
 STAMP := $(VENV)/.installed-$(PYVER)
 
-# The bid path's modules compiled with mypyc (bidder/core/compiled.py), rebuilt when one
-# of their sources changes; COMPILE=0 runs the sources (`make uncompiled` removes a build).
-COMPILE ?= 1
-HOT_PATH_SOURCES := $(shell sed -n 's/^    "\([a-z_.]*\)",$$/\1/p' bidder/core/compiled.py | tr . / | sed 's/$$/.py/')
-COMPILED := $(VENV)/.compiled-$(PYVER)
-ifeq ($(COMPILE),1)
-BUILT := $(COMPILED)
-endif
-
 # Test files run in this many processes (one file stays in one process, with its
 # servers); most tests wait on servers more than they compute.
 TEST_PROCESSES ?= 2
 
-.PHONY: demo test lint venv compiled uncompiled clean
+.PHONY: demo test lint venv clean
 
-demo: $(STAMP) $(BUILT)
+demo: $(STAMP)
 	$(BIN)/bidsim replay fixtures/openrtb/sample-stream.jsonl.gz --warmup 2 --json demo-report.json \
 		--html demo-report.html
 
-test: $(STAMP) $(BUILT) lint
+test: $(STAMP) lint
 	@# pytest exits 5 when it collected no test: that is a failure here, not a pass.
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
@@ -57,16 +48,5 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed*
 	touch $(STAMP)
 
-compiled: $(COMPILED)
-
-$(COMPILED): $(STAMP) $(HOT_PATH_SOURCES) bidder/core/compiled.py scripts/compile_hot_path.py
-	$(BIN)/python scripts/compile_hot_path.py
-	touch $(COMPILED)
-
-uncompiled: $(STAMP)
-	$(BIN)/python scripts/compile_hot_path.py --remove
-	rm -f $(COMPILED)
-
 clean:
-	rm -rf $(VENV) build demo-report.json demo-report.html
-	find bidder fcap ids models pacing -name '*.so' -delete
+	rm -rf $(VENV) demo-report.json demo-report.html

@@ -29,7 +29,6 @@ from bidder.bidstream.stream import StreamFormatError
 from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
 from bidder.core.campaign_warnings import never_in_effect
 from bidder.core.campaigns import CampaignError
-from bidder.core.compiled import stale, stale_message
 from bidder.decide.identity_table import IdentityStoreError
 from bidder.replay.command import check_out_dirs, read_calibration, replay_parser
 from bidder.replay.compare import DEFAULT_THRESHOLD, compare, render_comparison
@@ -74,9 +73,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     args = _parser().parse_args(argv)
-    if changed := stale():
-        print(f"bidsim: error: {stale_message(changed)}", file=sys.stderr)
-        return 2
     command: Callable[[argparse.Namespace], int] = args.command
     try:
         return command(args)

@@ -23,15 +23,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from bidder.core.compiled import stale, stale_message
 from bidder.stack.cluster import LocalValkeyCluster
 from bidder.stack.local import LocalStack
 from bidder.stack.regions import LocalRegions
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if changed := stale():
-        raise pytest.UsageError(stale_message(changed))
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist is loaded
         config.option.loadscopereorder = False
 

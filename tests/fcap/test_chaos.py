@@ -93,10 +93,7 @@ async def test_a_paused_server_times_out_within_the_check_timeout(
     store: FcapStore, private: LocalStack
 ) -> None:
     failure = await _check_while_paused(store, private)
-    # Compiled, the store's ``raise ... from`` keeps the timeout as the context, not the
-    # cause (mypyc does not set ``__cause__``).
-    cause = failure.__cause__ or failure.__context__
-    assert isinstance(cause, TimeoutError)  # asyncio's, not the socket's
+    assert isinstance(failure.__cause__, TimeoutError)  # asyncio's, not the socket's
 
 
 async def test_a_resumed_server_answers_the_same_client(
