@@ -91,7 +91,7 @@ class Scorer:
         self.meta = meta
         self.win_rate = win_rate
         self._params = b"num_threads=1"
-        self._out: np.ndarray = np.empty(MAX_BATCH, dtype=np.float64)
+        self._out = np.empty(MAX_BATCH, dtype=np.float64)
         self._out_ptr = self._out.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
         self._n_out = ctypes.c_int64(0)
         self._n_out_ref = ctypes.byref(self._n_out)

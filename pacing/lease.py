@@ -89,10 +89,8 @@ def grant_per_node(
 ) -> int:
     """What each of ``nodes`` may get now so that spent + exposure stays within budget;
     nothing when that is less than one impression at ``max_cost``: no node could bid
-    from it, and it would hold money in the exposure until it expires. (Money still held
-    for an expired lease whose spend is not all applied splits what is left in two; a
-    grant of the part not held, too small to bid from, would then hold that part in
-    turn, and the two would take turns with neither spent.)"""
+    from it, and it would hold money in the exposure (while an expired lease is still
+    held too, the two such shares would take turns with neither spent)."""
     available = budget - spent - exposure
     if nodes < 1 or available <= 0:
         return 0
@@ -186,8 +184,8 @@ class FleetAccounts:
 
     def __init__(self, nodes: int) -> None:
         self.lease: Lease | None = None
-        self.spent: np.ndarray = np.zeros(nodes, dtype=np.int64)
-        self.amounts: np.ndarray = np.zeros(nodes, dtype=np.int64)
+        self.spent = np.zeros(nodes, dtype=np.int64)
+        self.amounts = np.zeros(nodes, dtype=np.int64)
 
     def install(self, lease: Lease, holders: int | None = None) -> None:
         """``lease`` for the first ``holders`` nodes (default: all), empty for the rest."""
@@ -221,7 +219,7 @@ class FleetAccounts:
         notice is routed to the worker that bid: ``pacing.debits``). Returns each node's
         debits; an account may go below zero by the last win's cost less ``max_cost``."""
         nodes = len(self.spent)
-        got: np.ndarray = np.zeros(nodes, dtype=np.int64)
+        got = np.zeros(nodes, dtype=np.int64)
         if self.lease is None or not self.live(now_ms) or not len(costs):
             return got
         bidder = bidders.tolist()

@@ -35,6 +35,7 @@ from pacing.actual import FORECAST, Actual
 from pacing.curves import DAY_MS, DAY_S, HOUR_S, STANDARD, Curve
 from pacing.lease import RATE_SCALE, FleetAccounts, chunk_micros
 from pacing.reconcile import Budget, PacingConfig, Reconcile
+from pacing.stream_lag import applied_through_ms
 
 DAY0_MS = 1_767_225_600_000
 """2026-01-01T00:00:00Z: the simulated day (any UTC midnight would do)."""
@@ -237,9 +238,8 @@ class _Day:
 
     def _tick(self, now_s: float, trace: Trace) -> None:
         now_ms = DAY0_MS + round(now_s * 1000)
-        lag = self.sc.ledger_lag_ticks
         seen = {CAMPAIGN: self.ledger[0]}
-        through = now_ms - lag * self.sc.config.tick_ms
+        through = applied_through_ms(now_ms, self.sc.ledger_lag_ticks * self.sc.config.tick_ms, 0)
         result = self.reconcile.tick(now_ms, [self.budget], seen, self.sc.nodes, (), through)
         plan = result.plans[0]
         trace.violations.extend(result.violations)
