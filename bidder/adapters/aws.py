@@ -39,7 +39,7 @@ _CONFIG = Config(
 _QUICK = Config(connect_timeout=0.5, read_timeout=1.0, retries={"max_attempts": 1})
 
 _SESSION_LOCK = threading.Lock()
-_sessions: list[boto3.session.Session] = []
+_session: boto3.session.Session | None = None
 """The process's one session, made by the first client (under ``_SESSION_LOCK``)."""
 
 
@@ -62,11 +62,12 @@ def aws_client(
     when late (cache fills); the default retries once and waits seconds, right for loaders.
     """
     credentials = DUMMY_CREDENTIALS if is_loopback(endpoint) else {}
+    global _session
     config = _QUICK if quick else _CONFIG
     with _SESSION_LOCK:
-        if not _sessions:
-            _sessions.append(boto3.session.Session())
-        client: BaseClient = _sessions[0].client(
+        if _session is None:
+            _session = boto3.session.Session()
+        client: BaseClient = _session.client(
             service, region_name=region, endpoint_url=endpoint, config=config, **credentials
         )
     return client
