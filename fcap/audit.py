@@ -15,16 +15,23 @@ advertiser window counts the impressions of every campaign of the advertiser).
 Impressions of viewable-counted campaigns are left out: the bidder counts their view
 notices, not their billed impressions, and the audit judges billed impressions.
 
-With ``billed_ms`` (bid id -> when the ledger billed it, hence when its count was
-written), each finding also says how many of the earlier impressions had been
-counted ``in_flight_ms`` before the bid: count-on-win lets the bids in flight pass a
-cap by design (docs/fcap.md), so only findings whose *counted* impressions already
-reached the limit (``not_in_flight``) need another explanation: a failed check that
-failed open, a count that failed or was lost with a master (failover).
+With ``counted_ms`` (bid id -> when its count was surely written), each finding also
+says how many of the earlier impressions had been counted before the bid's cap check
+(one deadline before its token's stamp, at the latest):
+count-on-win lets the bids in flight pass a cap by design (docs/fcap.md), so only
+findings whose *counted* impressions already reached the limit (``not_in_flight``)
+need another explanation: a failed check that failed open, a count that failed or was
+lost with a master (failover).
+
+The count times come from the exchange's side (``counted_times``): the bidder writes an
+impression's count before it answers the notice that billed it, so the answer's
+arrival bounds the count from above, however long the ledger's fsync or a loaded
+machine made it wait. The ledger's billing time does not: it is stamped before both.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -34,10 +41,16 @@ from urllib.parse import parse_qs, urlsplit
 from bidder.core.tokens import NoticeClaims, TokenError, TokenSigner
 from fcap.rules import Rule, Subject, counts_at
 
-IN_FLIGHT_MS = 50
-"""An impression billed less than this before a later bid counts as still in flight:
-its count lands after the ledger's fsync and a Valkey round trip, and the later bid's
-check ran before its token was stamped; on a loaded 2-core box that is tens of ms."""
+DEADLINE_MS = 8.0
+"""The bidder's default deadline. A bid's cap check ran before its token was stamped,
+by at most the run's deadline: an impression counted less than that (and two clocks'
+millisecond rounding, ``ROUNDING_MS``) before the stamp may not have been seen."""
+
+ROUNDING_MS = 2
+
+ANSWERED_NOT_DEFERRED = frozenset({200, 204})
+"""A notice answered so was billed (or was a duplicate of a billed one) before the
+answer; 202 is a deferred one, billed and counted later, when is not known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +64,8 @@ class AboveCap:
     counting: int
     """Earlier impressions of the counter still counting at its bid instant (>= limit)."""
     counted: int | None
-    """Of those, the ones billed (so counted) ``in_flight_ms`` before it was bid; None
-    without billing times."""
+    """Of those, the ones counted before its cap check (``in_flight_ms`` before it was
+    bid); None without count times."""
 
     @property
     def in_flight(self) -> bool | None:
@@ -77,7 +90,7 @@ class OverDelivery:
 
     @property
     def not_in_flight(self) -> int:
-        """Impressions above a cap that bids in flight do not explain (0 without billing
+        """Impressions above a cap that bids in flight do not explain (0 without count
         times: unknown)."""
         return len({f.bid_id for f in self.above_cap if f.in_flight is False})
 
@@ -102,12 +115,14 @@ def cap_over_delivery(
     delivered: Iterable[NoticeClaims],
     subjects: Mapping[tuple[str, str], Subject],
     *,
-    billed_ms: Mapping[int, int] | None = None,
-    in_flight_ms: int = IN_FLIGHT_MS,
+    counted_ms: Mapping[int, int] | None = None,
+    deadline_ms: float = DEADLINE_MS,
 ) -> OverDelivery:
     """Audit ``delivered`` (one claims per impression; duplicates by bid id are
-    dropped) against the caps of ``subjects`` ((campaign id, creative id) -> Subject).
-    Raises KeyError for an impression of a campaign/creative not in ``subjects``."""
+    dropped) against the caps of ``subjects`` ((campaign id, creative id) -> Subject),
+    bid under ``deadline_ms``. Raises KeyError for an impression of a campaign/creative
+    not in ``subjects``."""
+    in_flight_ms = math.ceil(deadline_ms) + ROUNDING_MS
     impressions = sorted(
         {c.bid_id: c for c in delivered}.values(), key=lambda c: (c.issued_ms, c.bid_id)
     )
@@ -121,12 +136,28 @@ def cap_over_delivery(
             if len(earlier) == rule.limit - 1:
                 reached.add(claims.bid_id)
             elif len(earlier) >= rule.limit:
-                counted = _counted(earlier, claims.issued_ms, billed_ms, in_flight_ms)
+                counted = _counted(earlier, claims.issued_ms, counted_ms, in_flight_ms)
                 found.append(AboveCap(
                     claims.bid_id, claims.campaign_id, key, rule.token, rule.limit,
                     len(earlier), counted,
                 ))  # fmt: skip
     return OverDelivery(len(audited), tuple(found), len(reached))
+
+
+def counted_times(answers: Iterable[tuple[str, int, int]], signer: TokenSigner) -> dict[int, int]:
+    """Bid id -> when its impression's count was surely written, from the exchange's
+    notices as (URL or path with query, the bidder's status, when the answer arrived):
+    the last answer to a notice of that bid. An impression with a notice that failed or
+    was deferred has none (its count time is not known)."""
+    last: dict[int, int] = {}
+    unknown: set[int] = set()
+    for url, status, answered_ms in answers:
+        for claims in claims_from_notice_urls([url], signer):
+            if status in ANSWERED_NOT_DEFERRED:
+                last[claims.bid_id] = max(answered_ms, last.get(claims.bid_id, answered_ms))
+            else:
+                unknown.add(claims.bid_id)
+    return {bid_id: at for bid_id, at in last.items() if bid_id not in unknown}
 
 
 def claims_from_notice_urls(urls: Iterable[str], signer: TokenSigner) -> list[NoticeClaims]:
@@ -188,13 +219,13 @@ def _counting(counter: list[NoticeClaims], rule: Rule, claims: NoticeClaims) -> 
 def _counted(
     earlier: list[NoticeClaims],
     bid_ms: int,
-    billed_ms: Mapping[int, int] | None,
+    counted_ms: Mapping[int, int] | None,
     in_flight_ms: int,
 ) -> int | None:
-    if billed_ms is None:
+    if counted_ms is None:
         return None
     return sum(
-        other.bid_id in billed_ms and billed_ms[other.bid_id] + in_flight_ms <= bid_ms
+        other.bid_id in counted_ms and counted_ms[other.bid_id] + in_flight_ms <= bid_ms
         for other in earlier
     )
 

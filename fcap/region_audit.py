@@ -2,13 +2,13 @@
 
 **Over-delivery.** ``fcap.audit`` judges each delivered impression against the
 impressions of its counters that counted at its bid instant, and calls a finding *in
-flight* when the impressions already counted (billed ``in_flight_ms`` before) were
-under the limit. Across regions, an impression billed in another region is counted
-there at once but reaches this region's store only after the replication delay. So the
-audit is run once per region with each impression's billing time as that region saw
-it (``seen_from``: plus ``delay_ms + slack_ms`` when billed elsewhere); a finding of
-that region still not explained is *beyond delay*: neither bids in flight nor
-replication explain it. The bound (``fcap.regions.over_cap_bound``) says a counter
+flight* when the impressions already counted (``fcap.audit.counted_times``) before its
+cap check were under the limit. Across regions, an impression billed in another region
+is counted there at once but reaches this region's store only after the replication
+delay. So the audit is run once per region with each impression's count time as that
+region saw it (``seen_from``: plus ``delay_ms + slack_ms`` when counted elsewhere); a
+finding of that region still not explained is *beyond delay*: neither bids in flight
+nor replication explain it. The bound (``fcap.regions.over_cap_bound``) says a counter
 goes over its limit by at most the impressions of that person shown in the other
 regions within one delay: ``peak_within`` measures that figure on the replay.
 
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from bidder.core.tokens import NoticeClaims
-from fcap.audit import AboveCap, OverDelivery, cap_over_delivery
+from fcap.audit import DEADLINE_MS, AboveCap, OverDelivery, cap_over_delivery
 from fcap.regions import is_recency, split_slot
 from fcap.rules import Subject
 
@@ -36,11 +36,11 @@ ms), the apply round trips, and a loaded 2-core box's scheduling."""
 @dataclass(frozen=True, slots=True)
 class RegionalOverDelivery:
     overall: OverDelivery
-    """Against billing times alone (as if there were one region)."""
+    """Against count times alone (as if there were one region)."""
     beyond_delay: tuple[AboveCap, ...]
     """Findings that neither bids in flight nor replication delay explain."""
     peak_within_delay: int
-    """The most impressions of one counter billed within one delay (+ slack): the
+    """The most impressions of one counter counted within one delay (+ slack): the
     measured ``rate x delay`` of the bound."""
 
     @property
@@ -50,46 +50,47 @@ class RegionalOverDelivery:
 
 def seen_from(
     region: str,
-    billed_ms: Mapping[int, int],
+    counted_ms: Mapping[int, int],
     region_of: Mapping[int, str],
     delay_ms: int,
     slack_ms: int = SLACK_MS,
 ) -> dict[int, int]:
-    """When each billed impression's count could be read in ``region``."""
+    """When each counted impression's count could be read in ``region``."""
     late = delay_ms + slack_ms
-    return {bid: t + (0 if region_of.get(bid) == region else late) for bid, t in billed_ms.items()}
+    return {bid: t + (0 if region_of.get(bid) == region else late) for bid, t in counted_ms.items()}
 
 
 def regional_over_delivery(
     delivered: Iterable[NoticeClaims],
     subjects: Mapping[tuple[str, str], Subject],
-    billed_ms: Mapping[int, int],
+    counted_ms: Mapping[int, int],
     region_of: Mapping[int, str],
     delay_ms: int,
     slack_ms: int = SLACK_MS,
+    deadline_ms: float = DEADLINE_MS,
 ) -> RegionalOverDelivery:
     """``region_of``: bid id -> the region that bid (and counted) it."""
     delivered = list(delivered)
-    overall = cap_over_delivery(delivered, subjects, billed_ms=billed_ms)
+    overall = cap_over_delivery(delivered, subjects, counted_ms=counted_ms, deadline_ms=deadline_ms)
     beyond: list[AboveCap] = []
     for region in sorted(set(region_of.values())):
-        seen = seen_from(region, billed_ms, region_of, delay_ms, slack_ms)
-        audit = cap_over_delivery(delivered, subjects, billed_ms=seen)
+        seen = seen_from(region, counted_ms, region_of, delay_ms, slack_ms)
+        audit = cap_over_delivery(delivered, subjects, counted_ms=seen, deadline_ms=deadline_ms)
         beyond += [
             f for f in audit.above_cap if region_of.get(f.bid_id) == region and not f.in_flight
         ]
-    peak = peak_within(delivered, billed_ms, delay_ms + slack_ms)
+    peak = peak_within(delivered, counted_ms, delay_ms + slack_ms)
     return RegionalOverDelivery(overall, tuple(beyond), peak)
 
 
 def peak_within(
-    delivered: Iterable[NoticeClaims], billed_ms: Mapping[int, int], width_ms: int
+    delivered: Iterable[NoticeClaims], counted_ms: Mapping[int, int], width_ms: int
 ) -> int:
-    """The most impressions of one user billed within ``width_ms`` of each other."""
+    """The most impressions of one user counted within ``width_ms`` of each other."""
     times: dict[str, list[int]] = defaultdict(list)
     for claims in delivered:
-        if claims.user_key is not None and claims.bid_id in billed_ms:
-            times[claims.user_key].append(billed_ms[claims.bid_id])
+        if claims.user_key is not None and claims.bid_id in counted_ms:
+            times[claims.user_key].append(counted_ms[claims.bid_id])
     peak = 0
     for series in times.values():
         series.sort()

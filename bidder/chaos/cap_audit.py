@@ -1,13 +1,13 @@
 """Cap over-delivery of a live replay: its notices recorded, then audited against the caps.
 
 How: the bidder's public URL points at a ``NoticeRecorder`` (``with_recorded_notices``),
-so the exchange model's nurl/burl calls go through it and it keeps every signed token;
-every worker signs with one shared key, so the tokens verify here
-(``signer_of``). Each token names one delivered impression: user, household,
-campaign, creative and bid instant. After the run ``audit_delivered`` judges them with
-``fcap.audit.cap_over_delivery`` against the campaign book, with the ledger's billing
-times (``billed_times``), so an impression above a cap is either explained by
-count-on-win bids in flight or not (``not_in_flight``).
+so the exchange model's nurl/burl calls go through it and it keeps every signed token
+and when the bidder answered it; every worker signs with one shared key, so the tokens
+verify here (``signer_of``). Each token names one delivered impression: user,
+household, campaign, creative and bid instant. After the run ``audit_delivered`` judges
+them with ``fcap.audit.cap_over_delivery`` against the campaign book, with the count
+times the answers bound (``fcap.audit.counted_times``), so an impression above a cap is
+either explained by count-on-win bids in flight or not (``not_in_flight``).
 
 What may explain the rest is a failed store call (``StoreErrors``, from
 ``bidsim_fcap_store_errors_total``), hence the bound ``DeliveryAudit.bound``:
@@ -33,18 +33,17 @@ counts per failover at these rates: not budgeted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bidder.chaos.harness import CAMPAIGNS
 from bidder.chaos.observe import metric
 from bidder.core.campaign_docs import load_campaign_file
-from bidder.core.ledger import LedgerEntry
 from bidder.core.tokens import NoticeClaims, TokenSigner, generate_key
 from bidder.replay.notice_recorder import NoticeRecorder
 from bidder.serve.settings import Settings
-from fcap.audit import OverDelivery, cap_over_delivery, claims_from_notice_urls
+from fcap.audit import OverDelivery, cap_over_delivery, claims_from_notice_urls, counted_times
 from fcap.rules import Subject, build_subjects
 
 NOTICE_KEY_ID = "chaos"
@@ -64,11 +63,6 @@ def signer_of(settings: Settings) -> TokenSigner:
         raise ValueError("no notice keys: each worker signs with a key of its own")
     keys = {kid: secret.encode() for kid, secret in settings.notice_keys}
     return TokenSigner(keys, settings.active_notice_key_id or settings.notice_keys[0][0])
-
-
-def billed_times(entries: Iterable[LedgerEntry]) -> dict[int, int]:
-    """Bid id -> when the ledger billed it (after which its count is written)."""
-    return {int(entry.bid_id): entry.ts_ms for entry in entries}
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,17 +125,19 @@ def _counters(subject: Subject) -> int:
 
 
 def audit_delivered(
-    notice_urls: Iterable[str],
+    answers: Sequence[tuple[str, int, int]],
     signer: TokenSigner,
-    billed_ms: Mapping[int, int],
+    deadline_ms: float,
     campaigns: Path = CAMPAIGNS,
 ) -> DeliveryAudit:
-    """Every impression whose notice URL carries a token ``signer`` verifies (one per
-    bid id, billed or not: the exchange delivered it), judged against ``campaigns``'
-    caps. Raises KeyError for an impression of a campaign/creative not in the file."""
-    delivered = tuple(claims_from_notice_urls(notice_urls, signer))
+    """Every impression whose notice (``NoticeRecorder.answers``) carries a token
+    ``signer`` verifies (one per bid id, billed or not: the exchange delivered it),
+    judged against ``campaigns``' caps as bid under ``deadline_ms``. Raises KeyError
+    for an impression of a campaign/creative not in the file."""
+    delivered = tuple(claims_from_notice_urls((url for url, _, _ in answers), signer))
     subjects = build_subjects(load_campaign_file(campaigns))
-    audit = cap_over_delivery(delivered, subjects, billed_ms=billed_ms)
+    counted_ms = counted_times(answers, signer)
+    audit = cap_over_delivery(delivered, subjects, counted_ms=counted_ms, deadline_ms=deadline_ms)
     return DeliveryAudit(delivered, subjects, audit)
 
 

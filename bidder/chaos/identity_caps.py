@@ -47,7 +47,7 @@ from bidder.replay.notice_recorder import NoticeRecorder
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.serve.server import running_bidder
 from bidder.stack.local import LocalStack
-from fcap.audit import cap_over_delivery, claims_from_notice_urls
+from fcap.audit import cap_over_delivery, claims_from_notice_urls, counted_times
 from fcap.rules import build_subjects
 
 LIMIT = 2
@@ -182,9 +182,9 @@ async def _run(
         )
     kinesis = aws_client("kinesis", stack.aws_endpoint, settings.aws_region)
     ledger = await asyncio.to_thread(read_ledger, kinesis, settings.spend_stream)
-    billed_ms = {int(e.bid_id): e.ts_ms for e in ledger}
     claims = {c.bid_id: c for c in claims_from_notice_urls(notices.tokens(), _SIGNER)}
-    billed = [claims[b] for b in billed_ms if b in claims]
+    billed = [claims[b] for b in (int(e.bid_id) for e in ledger) if b in claims]
+    counted_ms = counted_times(notices.answers, _SIGNER)
     delivered = [_as_person(c, person_of) for c in billed]
     return {
         "requests": result.requests,
@@ -197,7 +197,7 @@ async def _run(
         "billed_without_user_key": sum(not c.user_key for c in billed),
         "cap_reads": {name: int(n) for name, n in reads.items()},
         "loose_passes_never_counted": int(never_counted),
-        "classes": _per_class(delivered, billed_ms, limit),
+        "classes": _per_class(delivered, counted_ms, limit, settings.deadline_ms),
     }
 
 
@@ -221,10 +221,10 @@ def _class_of(campaign: Campaign) -> str:
 
 
 def _per_class(
-    delivered: Iterable[NoticeClaims], billed_ms: Mapping[int, int], limit: int
+    delivered: Iterable[NoticeClaims], counted_ms: Mapping[int, int], limit: int, deadline_ms: float
 ) -> dict[str, Any]:
     subjects = build_subjects(class_campaigns(limit=limit))
-    audit = cap_over_delivery(delivered, subjects, billed_ms=billed_ms)
+    audit = cap_over_delivery(delivered, subjects, counted_ms=counted_ms, deadline_ms=deadline_ms)
     out: dict[str, Any] = {}
     for name in CAP_CLASSES:
         above = [a for a in audit.above_cap if a.campaign_id == campaign_id(name)]

@@ -38,7 +38,7 @@ from bidder.serve.settings import Settings
 from bidder.stack.local import LocalStack
 from bidder.stack.regions import LocalRegions
 from fcap import keys
-from fcap.audit import claims_from_notice_urls
+from fcap.audit import claims_from_notice_urls, counted_times
 from fcap.region_audit import (
     RegionalOverDelivery,
     counted_tokens,
@@ -200,16 +200,20 @@ async def audit_regions(
     kinesis = aws_client("kinesis", stack.aws_endpoint, first.aws_region)
     ledger = await asyncio.to_thread(read_ledger, kinesis, first.spend_stream)
     entries = distinct(ledger)
-    billed_ms = {int(e.bid_id): e.ts_ms for e in entries}
+    billed = {int(e.bid_id) for e in entries}
     signer = TokenSigner({NOTICE_KEY[0]: NOTICE_KEY[1].encode()}, NOTICE_KEY[0])
     region_of: dict[int, str] = {}
     claims = {}
+    counted_ms: dict[int, int] = {}
     for name, recorder in live.recorders.items():
         for c in claims_from_notice_urls(recorder.tokens(), signer):
             region_of[c.bid_id], claims[c.bid_id] = name, c
-    delivered = [claims[b] for b in billed_ms if b in claims]
+        counted_ms |= counted_times(recorder.answers, signer)
+    delivered = [claims[b] for b in billed if b in claims]
     subjects = build_subjects(load_campaign_file(campaigns))
-    audit = regional_over_delivery(delivered, subjects, billed_ms, region_of, delay_ms)
+    audit = regional_over_delivery(
+        delivered, subjects, counted_ms, region_of, delay_ms, deadline_ms=first.deadline_ms
+    )
     tokens = counted_tokens(subjects.values())
     expected = expected_counts(delivered, subjects, tokens)
     differ = await asyncio.to_thread(_not_converged, regions, expected, tokens)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bidder.core.campaigns import CapPolicy
 from bidder.core.tokens import NoticeClaims, TokenSigner
-from fcap.audit import cap_over_delivery, claims_from_notice_urls
+from fcap.audit import cap_over_delivery, claims_from_notice_urls, counted_times
 from fcap.rules import build_subjects
 from tests.fcap.support import HOUR_S, T0, campaign, cap
 
@@ -47,16 +47,36 @@ def test_viewable_counted_campaigns_are_not_audited() -> None:
 
 def test_an_impression_bid_while_the_earlier_ones_were_in_flight_is_explained() -> None:
     seen = [_seen(n, T0 + n) for n in range(1, 4)]
-    billed = {1: T0 + 1_000, 2: T0 + 1_000}  # counted long after bid 3 was made
-    audit = cap_over_delivery(seen, SUBJECTS, billed_ms=billed)
+    counted = {1: T0 + 1_000, 2: T0 + 1_000}  # counted long after bid 3 was made
+    audit = cap_over_delivery(seen, SUBJECTS, counted_ms=counted)
     assert (audit.over_cap, audit.not_in_flight) == (1, 0)
 
 
 def test_an_impression_bid_after_the_earlier_ones_were_counted_is_not_explained() -> None:
     seen = [_seen(1, T0), _seen(2, T0 + 1), _seen(3, T0 + 60_000)]
-    billed = {1: T0 + 100, 2: T0 + 100}
-    audit = cap_over_delivery(seen, SUBJECTS, billed_ms=billed)
+    counted = {1: T0 + 100, 2: T0 + 100}
+    audit = cap_over_delivery(seen, SUBJECTS, counted_ms=counted)
     assert audit.not_in_flight == 1
+
+
+def test_a_count_within_one_deadline_before_the_bid_may_not_have_been_seen() -> None:
+    seen = [_seen(1, T0), _seen(2, T0 + 1), _seen(3, T0 + 1_000)]
+    counted = {1: T0 + 100, 2: T0 + 1_000 - 30}
+    assert cap_over_delivery(seen, SUBJECTS, counted_ms=counted, deadline_ms=50).not_in_flight == 0
+    assert cap_over_delivery(seen, SUBJECTS, counted_ms=counted, deadline_ms=20).not_in_flight == 1
+
+
+def test_a_count_time_is_the_last_answer_to_a_notice_of_the_impression() -> None:
+    win, bill = (f"/notice/{kind}?t={SIGNER.sign(_seen(7, T0))}" for kind in ("win", "bill"))
+    assert counted_times([(win, 204, T0 + 5), (bill, 204, T0 + 9)], SIGNER) == {7: T0 + 9}
+    assert counted_times([(bill, 204, T0 + 9), (win, 200, T0 + 5)], SIGNER) == {7: T0 + 9}
+
+
+def test_an_impression_with_a_deferred_or_failed_notice_has_no_count_time() -> None:
+    win, bill = (f"/notice/{kind}?t={SIGNER.sign(_seen(7, T0))}" for kind in ("win", "bill"))
+    for status in (202, 503):
+        assert counted_times([(win, status, T0 + 5), (bill, 204, T0 + 9)], SIGNER) == {}
+    assert counted_times([("/notice/win?t=k1.forged", 204, T0)], SIGNER) == {}
 
 
 def test_notice_urls_give_one_claims_per_bid_and_skip_foreign_tokens() -> None:

@@ -56,7 +56,6 @@ from bidder.chaos.cap_audit import (
     DeliveryAudit,
     StoreErrors,
     audit_delivered,
-    billed_times,
     signer_of,
     store_errors,
     with_recorded_notices,
@@ -186,8 +185,7 @@ async def _run(run: Run) -> None:
         recovered = first_bid_after(answers, kill.promoted_at)
         run.scenario.recovery_s = None if recovered is None else round(recovered + promotion_s, 3)
     _check(run, passes, promotion_s, same)
-    urls = (path for path, _ in caps.recorder.answers)
-    delivered = audit_delivered(urls, signer_of(settings), billed_times(audit.entries))
+    delivered = audit_delivered(caps.recorder.answers, signer_of(settings), settings.deadline_ms)
     _check_caps(run, passes, caps, delivered)
     check_budgets(run.scenario, run.checks, audit)
 

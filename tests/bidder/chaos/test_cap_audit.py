@@ -9,13 +9,11 @@ import pytest
 from bidder.chaos.cap_audit import (
     StoreErrors,
     audit_delivered,
-    billed_times,
     signer_of,
     with_recorded_notices,
 )
-from bidder.core.ledger import LedgerEntry
 from bidder.core.tokens import NoticeClaims, TokenSigner
-from bidder.replay.notice_recorder import NoticeRecorder
+from bidder.replay.notice_recorder import NoticeRecorder, RecordedNotice
 from bidder.serve.settings import Settings
 
 SIGNER = TokenSigner({"k1": b"k" * 32}, "k1")
@@ -28,48 +26,79 @@ MEADOW = ("meadow-home-spring-sale", "Meadow Home", "mh-300x250-sale")
 """No caps."""
 
 
-def _url(bid_id: int, at_ms: int, ad: tuple[str, str, str] = FIZZWICK) -> str:
+DEADLINE_MS = 8.0
+
+
+def _notice(
+    bid_id: int,
+    at_ms: int,
+    ad: tuple[str, str, str] = FIZZWICK,
+    answered_ms: int | None = None,
+    status: int = 204,
+) -> RecordedNotice:
+    """The win notice of an impression bid at ``at_ms``, answered (so counted) at
+    ``answered_ms``: by default a minute later, after every bid of these tests."""
     claims = NoticeClaims(bid_id, "1", ad[0], ad[1], ad[2], "b:u1", None, 1_000_000, at_ms)
-    return f"/notice/win?t={SIGNER.sign(claims)}&p=1.5"
+    url = f"/notice/win?t={SIGNER.sign(claims)}&p=1.5"
+    return RecordedNotice(url, status, at_ms + 60_000 if answered_ms is None else answered_ms)
 
 
 def test_the_fourth_impression_of_a_day_capped_at_three_is_above_the_cap() -> None:
-    urls = [_url(n, T0 + n) for n in range(1, 5)]
-    audit = audit_delivered(urls, SIGNER, {}).over_delivery
+    notices = [_notice(n, T0 + n) for n in range(1, 5)]
+    audit = audit_delivered(notices, SIGNER, DEADLINE_MS).over_delivery
     assert [f.bid_id for f in audit.above_cap] == [4]
 
 
 def test_the_impression_that_fills_a_cap_counts_as_reaching_its_limit() -> None:
-    urls = [_url(n, T0 + n) for n in range(1, 4)]
-    audit = audit_delivered(urls, SIGNER, {}).over_delivery
+    notices = [_notice(n, T0 + n) for n in range(1, 4)]
+    audit = audit_delivered(notices, SIGNER, DEADLINE_MS).over_delivery
     assert (audit.reached_limit, audit.over_cap) == (1, 0)
 
 
 def test_capped_impressions_leave_out_uncapped_and_viewable_counted_campaigns() -> None:
-    urls = [_url(1, T0), _url(2, T0 + 1, COBALT), _url(3, T0 + 2, MEADOW)]
-    assert audit_delivered(urls, SIGNER, {}).capped_impressions == 1
+    notices = [_notice(1, T0), _notice(2, T0 + 1, COBALT), _notice(3, T0 + 2, MEADOW)]
+    assert audit_delivered(notices, SIGNER, DEADLINE_MS).capped_impressions == 1
 
 
 def test_a_window_of_bid_instants_keeps_the_findings_bid_in_it() -> None:
-    urls = [_url(n, T0 + n * 1000) for n in range(1, 6)]
-    part = audit_delivered(urls, SIGNER, {}).bid_between(T0 + 4000, T0 + 5000)
+    notices = [_notice(n, T0 + n * 1000) for n in range(1, 6)]
+    part = audit_delivered(notices, SIGNER, DEADLINE_MS).bid_between(T0 + 4000, T0 + 5000)
     assert (part.impressions, [f.bid_id for f in part.above_cap]) == (1, [4])
 
 
-def test_counted_impressions_make_an_over_cap_one_not_in_flight() -> None:
-    urls = [_url(n, T0 + n * 1000) for n in range(1, 5)]
-    billed = billed_times(_entry(n, T0 + n * 1000 + 10) for n in range(1, 4))
-    assert audit_delivered(urls, SIGNER, billed).over_delivery.not_in_flight == 1
+def test_impressions_counted_before_the_check_make_an_over_cap_one_not_in_flight() -> None:
+    counted = [_notice(n, T0 + n * 1000, answered_ms=T0 + n * 1000 + 10) for n in range(1, 4)]
+    notices = [*counted, _notice(4, T0 + 4000)]
+    assert audit_delivered(notices, SIGNER, DEADLINE_MS).over_delivery.not_in_flight == 1
+
+
+def test_an_impression_counted_within_a_deadline_of_the_stamp_was_in_flight() -> None:
+    # the third impression's count was answered 7 ms before the fourth bid's stamp: its
+    # check may have run up to 8 ms before the stamp, before that count landed
+    early = [_notice(n, T0 + n * 1000, answered_ms=T0 + n * 1000 + 10) for n in range(1, 3)]
+    late = _notice(3, T0 + 3000, answered_ms=T0 + 3993)
+    notices = [*early, late, _notice(4, T0 + 4000)]
+    audit = audit_delivered(notices, SIGNER, DEADLINE_MS).over_delivery
+    assert (audit.over_cap, audit.not_in_flight) == (1, 0)
+    assert audit_delivered(notices, SIGNER, 4.0).over_delivery.not_in_flight == 1
+
+
+def test_a_deferred_notice_leaves_its_count_time_unknown() -> None:
+    early = [_notice(n, T0 + n * 1000, answered_ms=T0 + n * 1000 + 10) for n in range(1, 3)]
+    deferred = _notice(3, T0 + 3000, answered_ms=T0 + 3010, status=202)
+    notices = [*early, deferred, _notice(4, T0 + 4000)]
+    audit = audit_delivered(notices, SIGNER, DEADLINE_MS).over_delivery
+    assert (audit.over_cap, audit.not_in_flight) == (1, 0)
 
 
 def test_a_failed_check_may_pass_its_bid_and_one_per_counter_of_a_reserving_subject() -> None:
     # northwind reserves at bid and fails open; it counts in a user and a household counter
-    assert audit_delivered([], SIGNER, {}).bound(StoreErrors(checks=1, counts=0)) == 3
+    assert audit_delivered([], SIGNER, DEADLINE_MS).bound(StoreErrors(checks=1, counts=0)) == 3
 
 
 def test_a_failed_count_may_pass_one_impression_per_counter_it_misses() -> None:
     # pixelforge's impressions count in two windows, the most of any count-on-win subject
-    assert audit_delivered([], SIGNER, {}).bound(StoreErrors(checks=0, counts=1)) == 2
+    assert audit_delivered([], SIGNER, DEADLINE_MS).bound(StoreErrors(checks=0, counts=1)) == 2
 
 
 def test_recorded_notices_point_the_bidder_at_the_recorder_with_one_shared_key(
@@ -87,11 +116,3 @@ def test_recorded_notices_point_the_bidder_at_the_recorder_with_one_shared_key(
 def test_a_signer_needs_shared_notice_keys(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no notice keys"):
         signer_of(Settings(spool_dir=tmp_path))
-
-
-def _entry(bid_id: int, ts_ms: int) -> LedgerEntry:
-    return LedgerEntry(
-        ledger_id=bid_id, kind="bill", campaign_id=FIZZWICK[0], advertiser=FIZZWICK[1],
-        creative_id=FIZZWICK[2], imp_id="1", bid_id=str(bid_id), price_cpm_micros=1_000,
-        cost_micros=1, node=1, ts_ms=ts_ms,
-    )  # fmt: skip

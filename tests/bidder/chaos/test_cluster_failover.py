@@ -45,7 +45,6 @@ from bidder.chaos.cap_audit import (
     DeliveryAudit,
     StoreErrors,
     audit_delivered,
-    billed_times,
     with_recorded_notices,
 )
 from bidder.chaos.ledger import read_ledger
@@ -75,6 +74,9 @@ runs dry, so what the failover does to caps, ids and billing shows on its own.""
 RESUME_ROOM_MS = 1000
 """Sends after the promotion, at least: room for bids to resume and be seen."""
 PROBE_EVERY_S = 0.02
+DEADLINE_MS = 50.0
+"""Decisions, not latency, are under test: on the shared 2-core box a tight deadline
+would hide the failover behind deadline no-bids."""
 ID_TTL_MS = 10_000
 """Settings.id_lease_ttl_s: a renewal sent at t writes expiry t + ttl."""
 HEARTBEAT_TTL_MS = 15_000
@@ -198,9 +200,7 @@ def _settings(stack: LocalStack, tmp_path: Path) -> Settings:
         workers=2,
         valkey_cluster=True,
         pacing_tick_s=TICK_S,
-        # Decisions, not latency, are under test: on the shared 2-core box a tight
-        # deadline would hide the failover behind deadline no-bids.
-        deadline_ms=50.0,
+        deadline_ms=DEADLINE_MS,
         fcap_check_timeout_ms=25.0,
         notice_keys=(("k1", KEY),),
     )
@@ -223,7 +223,7 @@ async def _run(stack: LocalStack, tmp: Path) -> Outcome:
         await asyncio.to_thread(failover.close)
     kinesis = aws_client("kinesis", stack.aws_endpoint)
     ledger = await asyncio.to_thread(read_ledger, kinesis, settings.spend_stream)
-    ledger_ms = billed_times(ledger)
+    ledger_ms = {int(e.bid_id): e.ts_ms for e in ledger}
     return Outcome(
         result, failover, probes, recorder, ledger_ms, metrics, same, *in_valkey, replay_ms
     )
@@ -233,7 +233,7 @@ async def _replay(
     bid_url: str, stream: Path, failover: Failover
 ) -> tuple[ReplayResult, list[Probe], tuple[int, int]]:
     url = f"{bid_url}/openrtb2/bid"
-    options = ReplayOptions(rate=RATE, deadline_ms=50.0, timeout_ms=2000.0)
+    options = ReplayOptions(rate=RATE, deadline_ms=DEADLINE_MS, timeout_ms=2000.0)
     done = asyncio.Event()
     probing = asyncio.create_task(_probes(url, failover, done))
     began = _now_ms()
@@ -321,8 +321,7 @@ def _promoted(outcome: Outcome) -> int:
 
 
 def _delivered(outcome: Outcome) -> DeliveryAudit:
-    urls = (url for url, _ in outcome.recorder.answers)
-    return audit_delivered(urls, SIGNER, outcome.ledger_ms, CAMPAIGNS)
+    return audit_delivered(outcome.recorder.answers, SIGNER, DEADLINE_MS, CAMPAIGNS)
 
 
 def test_no_request_gets_a_5xx(outcome: Outcome) -> None:

@@ -31,7 +31,9 @@ def test_answers_other_than_200_and_204_are_errors():
 
 @pytest.mark.asyncio
 async def test_a_replay_counts_every_request_and_answer_warm_up_included(bidder):
-    opts = options(rate=None, speed=1.0, warmup_s=0.010, timeout_ms=30)
+    # Answers come within milliseconds and holds never: a timeout far above the first
+    # keeps a loaded machine from turning an answer into a timeout.
+    opts = options(rate=None, speed=1.0, warmup_s=0.010, timeout_ms=500)
     kinds = ["bid", "nobid-geo", "boom", "hold"] * 5
     result = await replay(records(kinds), bidder.url, opts)
     series = to_json(result)["timeline"]

@@ -45,12 +45,18 @@ from bidder.chaos.observe import metric
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.ledger import LedgerEntry
 from bidder.core.tokens import TokenSigner
-from bidder.replay.notice_recorder import NoticeRecorder
+from bidder.replay.notice_recorder import NoticeRecorder, RecordedNotice
 from bidder.replay.replayer import ReplayOptions, ReplayResult, replay
 from bidder.serve.server import running_bidder
 from bidder.serve.settings import Settings
 from bidder.stack.local import LocalStack
-from fcap.audit import AboveCap, OverDelivery, cap_over_delivery, claims_from_notice_urls
+from fcap.audit import (
+    AboveCap,
+    OverDelivery,
+    cap_over_delivery,
+    claims_from_notice_urls,
+    counted_times,
+)
 from fcap.rules import build_subjects
 from tests.bidder.live import CAMPAIGNS, own_aws_resources, stack_settings
 
@@ -125,19 +131,21 @@ async def _run(stack: LocalStack, streams: list[Path], tmp: Path) -> Run:
     # The workers have stopped: their spools are flushed to Kinesis.
     kinesis = aws_client("kinesis", stack.aws_endpoint, settings.aws_region)
     ledger = await asyncio.to_thread(read_ledger, kinesis, settings.spend_stream)
-    audit = _audit(notices.tokens(), ledger)
+    audit = _audit(notices.answers, ledger, settings.deadline_ms)
     return Run(result, audit, notices.statuses, int(errors))
 
 
 SUBJECTS = build_subjects(load_campaign_file(CAMPAIGNS))
 
 
-def _audit(tokens: list[str], ledger: list[LedgerEntry]) -> OverDelivery:
-    """The billed impressions (the ledger's bid ids), with when each was billed."""
-    claims = {c.bid_id: c for c in claims_from_notice_urls(tokens, SIGNER)}
-    billed_ms = {int(e.bid_id): e.ts_ms for e in ledger}
-    delivered = [claims[bid_id] for bid_id in billed_ms]
-    return cap_over_delivery(delivered, SUBJECTS, billed_ms=billed_ms)
+def _audit(
+    answers: list[RecordedNotice], ledger: list[LedgerEntry], deadline_ms: float
+) -> OverDelivery:
+    """The billed impressions (the ledger's bid ids), with when each was counted."""
+    claims = {c.bid_id: c for c in claims_from_notice_urls((a.path_qs for a in answers), SIGNER)}
+    delivered = [claims[int(e.bid_id)] for e in ledger]
+    counted_ms = counted_times(answers, SIGNER)
+    return cap_over_delivery(delivered, SUBJECTS, counted_ms=counted_ms, deadline_ms=deadline_ms)
 
 
 RESERVING = {campaign for (campaign, _), subject in SUBJECTS.items() if subject.reserve}
