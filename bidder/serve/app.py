@@ -3,9 +3,10 @@
 Theory of operation for a bid request: the deadline is fixed at receipt
 (``received + deadline_ms``, tightened to ``tmax - network allowance`` once the
 request says its tmax); the stages must be done ``answer_margin_ms`` before it, the
-time it takes to write the answer, and ``overload_margin_ms`` earlier still when the
-request was admitted while the worker sheds (``bidder.decide.overload``): under overload the
-timer that ends a stage fires late by a loop iteration. Every await after receipt is
+time it takes to write the answer, and up to ``overload_margin_ms`` earlier still when
+the request was admitted while the worker sheds (``bidder.decide.overload``: the share
+its learned pressure says): under overload the timer that ends a stage fires late by a
+loop iteration. Every await after receipt is
 bounded by it with ``asyncio.timeout_at``: the body read when part of the body is
 still in flight, and each pipeline stage that does I/O (see ``bidder.pipeline.runner``).
 Pure work can't be interrupted, so the deadline is checked once more before a bid goes out.
@@ -146,7 +147,7 @@ class BidHandler:
             return self._answer_nobid(NoBid.OVERLOADED, now)
         margin = self._margin_s
         if self._shedder.overloaded(now):  # admitted in a lull of an overload
-            margin += self._overload_margin_s
+            margin += self._overload_margin_s * self._shedder.pressure
         times = StageTimes() if _TIMES in request.headers else None
         trace = CampaignTrace() if _TRACE in request.headers else None
         try:
@@ -183,10 +184,12 @@ class BidHandler:
         times: StageTimes | None,
         trace: CampaignTrace | None,
     ) -> Response:
+        took = self._state.clock.monotonic() - now
+        self._shedder.answered(decided is not NoBid.DEADLINE and took < self._budget_s)
         if isinstance(decided, NoBid):
-            answer = self._answer_nobid(decided, now)
+            answer = self._answer_nobid(decided, now, took)
         else:
-            metrics.LATENCY.observe(self._state.clock.monotonic() - now)
+            metrics.LATENCY.observe(took)
             metrics.BIDS.inc()
             answer = decided
         if times is not None:
@@ -213,8 +216,8 @@ class BidHandler:
         metrics.PARTNER_REQUESTS.labels(self._partners.label(ssp), outcome).inc()
         return allowed
 
-    def _answer_nobid(self, reason: NoBid, started: float) -> Response:
-        metrics.LATENCY.observe(self._state.clock.monotonic() - started)
+    def _answer_nobid(self, reason: NoBid, started: float, took: float | None = None) -> Response:
+        metrics.LATENCY.observe(self._state.clock.monotonic() - started if took is None else took)
         metrics.NOBID_BY_REASON[reason].inc()
         return _NOBID[reason]
 

@@ -53,15 +53,18 @@ class Settings:
     shed_lag_ms: float | None = None
     """Event-loop lag past which new bid requests are shed; default half the deadline."""
     shed_stay_lag_ms: float = 1.5
-    """Once shedding, the lower lag past which a worker keeps shedding until it is calm."""
+    """Once shedding, the lower lag past which a worker keeps shedding until it is calm:
+    the bound at full pressure; answers in time raise it towards the shed lag
+    (``bidder.decide.overload.LagShedder``)."""
     shed_calm_ms: float = 100.0
     """How long the lag must stay under the lower bound for a shedding worker to be calm."""
     metrics_flush_s: float = 1.0
     """How often a worker publishes its counts to the admin port's ``/metrics``: the most
     those figures lag (``bidder.core.published_metrics``)."""
     overload_margin_ms: float = 3.0
-    """While a worker is shedding (not calm yet), its stages stop this much earlier still:
-    under overload a timer fires late by a loop iteration, and the answer must still be
+    """While a worker is shedding (not calm yet), its stages stop up to this much earlier
+    still (the share its pressure says, ``bidder.decide.overload.LagShedder``): under
+    overload a timer fires late by a loop iteration, and the answer must still be
     written by the deadline."""
 
     @property

@@ -150,6 +150,51 @@ def test_a_lag_past_the_high_bound_is_always_shed_and_one_under_the_low_never(
             assert not shed
 
 
+def test_a_new_worker_pushes_back_as_hard_as_it_can() -> None:
+    shedder = _shedder()
+    assert (shedder.pressure, shedder.stay_s) == (1.0, 0.001)
+
+
+def test_answers_in_time_ease_the_pressure_and_raise_the_low_bound_to_the_high_one() -> None:
+    shedder = _shedder()
+    shedder.shed(0.005, now=10.0)
+    for _ in range(LagShedder.EASE_ANSWERS // 2):
+        shedder.answered(in_time=True)
+    assert (shedder.pressure, shedder.stay_s) == (pytest.approx(0.5), pytest.approx(0.0025))
+    assert shedder.shed(0.002, now=10.1) is False  # was shed at the 1 ms floor
+    assert shedder.shed(0.003, now=10.1) is True
+    for _ in range(LagShedder.EASE_ANSWERS):
+        shedder.answered(in_time=True)
+    assert (shedder.pressure, shedder.stay_s) == (0.0, pytest.approx(0.004))
+    assert shedder.shed(0.0039, now=10.2) is False
+
+
+def test_an_answer_out_of_time_halves_the_distance_to_full_pressure() -> None:
+    shedder = _shedder()
+    for _ in range(LagShedder.EASE_ANSWERS):
+        shedder.answered(in_time=True)
+    shedder.answered(in_time=False)
+    assert (shedder.pressure, shedder.stay_s) == (0.5, pytest.approx(0.0025))
+    for _ in range(60):
+        shedder.answered(in_time=False)
+    assert shedder.stay_s == pytest.approx(0.001)
+    shedder.shed(0.005, now=10.0)
+    assert shedder.shed(0.0011, now=10.1) is True
+
+
+@given(outcomes=st.lists(st.booleans(), max_size=400))
+def test_the_pressure_stays_in_0_1_and_the_low_bound_between_its_floor_and_the_high_one(
+    outcomes: list[bool],
+) -> None:
+    shedder = _shedder()
+    for in_time in outcomes:
+        before = shedder.pressure
+        shedder.answered(in_time)
+        assert 0.0 <= shedder.pressure <= 1.0
+        assert (shedder.pressure >= before) if not in_time else (shedder.pressure <= before)
+        assert shedder.stay_s == pytest.approx(0.004 - shedder.pressure * 0.003)
+
+
 def test_the_low_bound_must_not_exceed_the_high_one() -> None:
     with pytest.raises(ValueError, match="stay_s <= enter_s"):
         LagShedder(enter_s=0.001, stay_s=0.002, calm_s=0.1)
