@@ -85,24 +85,25 @@ class LagShedder:
     timers that end them fire late by a loop iteration then.
 
     How hard an overloaded worker pushes back is learned from what the requests it
-    admits come to (``answered``): a ``pressure`` between 0 and 1 sets the stay bound
-    (``stay_s`` at 1, ``enter_s`` at 0) and the share of the overload margin its stages
-    give up. Each answer decided in time lowers it by 1/``EASE_ANSWERS``; each that ran
-    out of its deadline halves its distance to 1. A lag is a cause, the deadline is what
-    counts: a worker saturated by a bounded load (an exchange's connections each
-    waiting for its answer) runs at a steady lag that still leaves its requests time,
-    and shedding there trades bids for 204s that cost CPU too; a worker whose backlog
-    grows (an open-loop surge) misses deadlines as soon as its lag is too high, and the
-    pressure goes back up. It starts at 1: a worker that has answered nothing yet
-    pushes back as hard as it can.
+    admits while overloaded come to (``answered``): a ``pressure`` between 0 and 1 sets
+    the stay bound (``stay_s`` at 1, ``enter_s`` at 0) and the share of the overload
+    margin its stages give up. Each such answer decided in time lowers it by
+    1/``EASE_ANSWERS``; each that ran out of its deadline halves its distance to 1. A
+    lag is a cause, the deadline is what counts: a worker saturated by a bounded load
+    (an exchange's connections each waiting for its answer) runs at a steady lag that
+    still leaves its requests time, and shedding there trades bids for 204s that cost
+    CPU too; a worker whose backlog grows (an open-loop surge) misses deadlines as soon
+    as its lag is too high, and the pressure goes back up. Answers while calm leave it
+    alone: it starts at 1, so a worker that has never been overloaded for long pushes
+    back as hard as it can, and one that has keeps what it learned.
     """
 
-    EASE_ANSWERS = 128
-    """In-time answers that take the pressure from 1 to 0 (20-30 ms at saturation).
+    EASE_ANSWERS = 512
+    """In-time answers that take the pressure from 1 to 0 (0.1 s at saturation).
     Pressure settles where a miss comes about every EASE_ANSWERS / 2 answers, so this
-    is also the share of admitted requests an overloaded worker lets run out of time
-    (1.6%); at 64, a surge's answers over the deadline doubled, at 512 a saturated
-    worker shed nearly as much as with no learning (docs/decisions.md)."""
+    also sets the share of its admitted requests an overloaded worker lets run out of
+    time (0.4%); at 128 and 64 a surge's answers over the deadline doubled
+    (docs/decisions.md)."""
 
     def __init__(self, enter_s: float, stay_s: float, calm_s: float):
         if not 0 < stay_s <= enter_s or calm_s < 0:
@@ -133,8 +134,10 @@ class LagShedder:
             return True
         return False
 
-    def answered(self, in_time: bool) -> None:
+    def answered(self, in_time: bool, now: float) -> None:
         """An admitted request was decided (``in_time``) or ran out of its deadline."""
+        if not self.overloaded(now):
+            return
         if in_time:
             self._pressure = max(0.0, self._pressure - 1 / self.EASE_ANSWERS)
         else:

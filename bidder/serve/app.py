@@ -185,7 +185,8 @@ class BidHandler:
         trace: CampaignTrace | None,
     ) -> Response:
         took = self._state.clock.monotonic() - now
-        self._shedder.answered(decided is not NoBid.DEADLINE and took < self._budget_s)
+        in_time = decided is not NoBid.DEADLINE and took < self._budget_s
+        self._shedder.answered(in_time, now + took)
         if isinstance(decided, NoBid):
             answer = self._answer_nobid(decided, now, took)
         else:

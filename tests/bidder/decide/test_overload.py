@@ -155,43 +155,63 @@ def test_a_new_worker_pushes_back_as_hard_as_it_can() -> None:
     assert (shedder.pressure, shedder.stay_s) == (1.0, 0.001)
 
 
-def test_answers_in_time_ease_the_pressure_and_raise_the_low_bound_to_the_high_one() -> None:
+def _overloaded() -> LagShedder:
+    """A shedder that shed at 10.0 s: overloaded until 10.2 s."""
     shedder = _shedder()
     shedder.shed(0.005, now=10.0)
+    return shedder
+
+
+def test_answers_in_time_while_overloaded_ease_the_pressure_up_to_the_high_bound() -> None:
+    shedder = _overloaded()
     for _ in range(LagShedder.EASE_ANSWERS // 2):
-        shedder.answered(in_time=True)
+        shedder.answered(in_time=True, now=10.05)
     assert (shedder.pressure, shedder.stay_s) == (pytest.approx(0.5), pytest.approx(0.0025))
     assert shedder.shed(0.002, now=10.1) is False  # was shed at the 1 ms floor
     assert shedder.shed(0.003, now=10.1) is True
     for _ in range(LagShedder.EASE_ANSWERS):
-        shedder.answered(in_time=True)
+        shedder.answered(in_time=True, now=10.15)
     assert (shedder.pressure, shedder.stay_s) == (0.0, pytest.approx(0.004))
     assert shedder.shed(0.0039, now=10.2) is False
 
 
 def test_an_answer_out_of_time_halves_the_distance_to_full_pressure() -> None:
-    shedder = _shedder()
+    shedder = _overloaded()
     for _ in range(LagShedder.EASE_ANSWERS):
-        shedder.answered(in_time=True)
-    shedder.answered(in_time=False)
+        shedder.answered(in_time=True, now=10.05)
+    shedder.answered(in_time=False, now=10.05)
     assert (shedder.pressure, shedder.stay_s) == (0.5, pytest.approx(0.0025))
     for _ in range(60):
-        shedder.answered(in_time=False)
+        shedder.answered(in_time=False, now=10.05)
     assert shedder.stay_s == pytest.approx(0.001)
-    shedder.shed(0.005, now=10.0)
     assert shedder.shed(0.0011, now=10.1) is True
 
 
-@given(outcomes=st.lists(st.booleans(), max_size=400))
-def test_the_pressure_stays_in_0_1_and_the_low_bound_between_its_floor_and_the_high_one(
-    outcomes: list[bool],
-) -> None:
+def test_answers_while_calm_leave_the_pressure_alone() -> None:
     shedder = _shedder()
-    for in_time in outcomes:
+    for in_time in (True, False) * LagShedder.EASE_ANSWERS:
+        shedder.answered(in_time, now=10.0)  # never overloaded: nothing learned
+    assert shedder.pressure == 1.0
+    shedder = _overloaded()
+    for _ in range(LagShedder.EASE_ANSWERS // 4):
+        shedder.answered(in_time=True, now=10.05)
+    shedder.answered(in_time=False, now=11.0)  # calm since 10.2 s
+    assert shedder.pressure == pytest.approx(0.75)
+
+
+@given(outcomes=st.lists(st.tuples(st.booleans(), st.booleans()), max_size=400))
+def test_the_pressure_stays_in_0_1_and_the_low_bound_between_its_floor_and_the_high_one(
+    outcomes: list[tuple[bool, bool]],
+) -> None:
+    shedder = _overloaded()
+    for in_time, calm in outcomes:
         before = shedder.pressure
-        shedder.answered(in_time)
+        shedder.answered(in_time, now=11.0 if calm else 10.05)
         assert 0.0 <= shedder.pressure <= 1.0
-        assert (shedder.pressure >= before) if not in_time else (shedder.pressure <= before)
+        if calm:
+            assert shedder.pressure == before
+        else:
+            assert (shedder.pressure <= before) if in_time else (shedder.pressure >= before)
         assert shedder.stay_s == pytest.approx(0.004 - shedder.pressure * 0.003)
 
 
