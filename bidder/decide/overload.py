@@ -88,22 +88,28 @@ class LagShedder:
     admits while overloaded come to (``answered``): a ``pressure`` between 0 and 1 sets
     the stay bound (``stay_s`` at 1, ``enter_s`` at 0) and the share of the overload
     margin its stages give up. Each such answer decided in time lowers it by
-    1/``EASE_ANSWERS``; each that ran out of its deadline halves its distance to 1. A
-    lag is a cause, the deadline is what counts: a worker saturated by a bounded load
-    (an exchange's connections each waiting for its answer) runs at a steady lag that
-    still leaves its requests time, and shedding there trades bids for 204s that cost
-    CPU too; a worker whose backlog grows (an open-loop surge) misses deadlines as soon
-    as its lag is too high, and the pressure goes back up. Answers while calm leave it
-    alone: it starts at 1, so a worker that has never been overloaded for long pushes
-    back as hard as it can, and one that has keeps what it learned.
+    1/``EASE_ANSWERS``; one whose decision the deadline cut short (a ``deadline``
+    no-bid, answered in time) raises it by ``CUT_WEIGHT`` steps: work lost, the
+    contract kept; one answered after its deadline halves its distance to 1: the
+    contract broken. A lag is a cause, the deadline is what counts: a worker saturated
+    by a bounded load (an exchange's connections each waiting for its answer) runs at a
+    steady lag that still leaves its requests time, and shedding there trades bids for
+    204s that cost CPU too; a worker whose backlog grows (an open-loop surge) misses
+    deadlines as soon as its lag is too high, and the pressure goes back up. Answers
+    while calm leave it alone: it starts at 1, so a worker that has never been
+    overloaded for long pushes back as hard as it can, and one that has keeps what it
+    learned.
     """
 
     EASE_ANSWERS = 512
-    """In-time answers that take the pressure from 1 to 0 (0.1 s at saturation).
-    Pressure settles where a miss comes about every EASE_ANSWERS / 2 answers, so this
-    also sets the share of its admitted requests an overloaded worker lets run out of
-    time (0.4%); at 128 and 64 a surge's answers over the deadline doubled
-    (docs/decisions.md)."""
+    """In-time answers that take the pressure from 1 to 0 (0.1 s at saturation). The
+    pressure settles where the misses match the in-time answers, so this sets what an
+    overloaded worker lets through: about one late answer in EASE_ANSWERS / 2 admitted
+    requests, or one cut decision in CUT_WEIGHT + 1 (a saturated worker with no pushback
+    cuts 3-5%)."""
+
+    CUT_WEIGHT = 8
+    """Steps a decision the deadline cut short raises the pressure."""
 
     def __init__(self, enter_s: float, stay_s: float, calm_s: float):
         if not 0 < stay_s <= enter_s or calm_s < 0:
@@ -134,14 +140,17 @@ class LagShedder:
             return True
         return False
 
-    def answered(self, in_time: bool, now: float) -> None:
-        """An admitted request was decided (``in_time``) or ran out of its deadline."""
+    def answered(self, now: float, *, late: bool, cut: bool) -> None:
+        """An admitted request was answered ``now``: after its deadline (``late``), in
+        time but with its decision cut short by the deadline (``cut``), or in time."""
         if not self.overloaded(now):
             return
-        if in_time:
-            self._pressure = max(0.0, self._pressure - 1 / self.EASE_ANSWERS)
-        else:
+        if late:
             self._pressure += (1.0 - self._pressure) / 2
+        elif cut:
+            self._pressure = min(1.0, self._pressure + self.CUT_WEIGHT / self.EASE_ANSWERS)
+        else:
+            self._pressure = max(0.0, self._pressure - 1 / self.EASE_ANSWERS)
         self._stay_s = self._enter_s - self._pressure * (self._enter_s - self._floor_s)
 
 

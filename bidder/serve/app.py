@@ -185,8 +185,9 @@ class BidHandler:
         trace: CampaignTrace | None,
     ) -> Response:
         took = self._state.clock.monotonic() - now
-        in_time = decided is not NoBid.DEADLINE and took < self._budget_s
-        self._shedder.answered(in_time, now + took)
+        self._shedder.answered(
+            now + took, late=took >= self._budget_s, cut=decided is NoBid.DEADLINE
+        )
         if isinstance(decided, NoBid):
             answer = self._answer_nobid(decided, now, took)
         else:

@@ -162,56 +162,64 @@ def _overloaded() -> LagShedder:
     return shedder
 
 
+def _answers(shedder: LagShedder, n: int, now: float = 10.05, **outcome: bool) -> None:
+    for _ in range(n):
+        shedder.answered(now, late=outcome.get("late", False), cut=outcome.get("cut", False))
+
+
 def test_answers_in_time_while_overloaded_ease_the_pressure_up_to_the_high_bound() -> None:
     shedder = _overloaded()
-    for _ in range(LagShedder.EASE_ANSWERS // 2):
-        shedder.answered(in_time=True, now=10.05)
+    _answers(shedder, LagShedder.EASE_ANSWERS // 2)
     assert (shedder.pressure, shedder.stay_s) == (pytest.approx(0.5), pytest.approx(0.0025))
     assert shedder.shed(0.002, now=10.1) is False  # was shed at the 1 ms floor
     assert shedder.shed(0.003, now=10.1) is True
-    for _ in range(LagShedder.EASE_ANSWERS):
-        shedder.answered(in_time=True, now=10.15)
+    _answers(shedder, LagShedder.EASE_ANSWERS, now=10.15)
     assert (shedder.pressure, shedder.stay_s) == (0.0, pytest.approx(0.004))
     assert shedder.shed(0.0039, now=10.2) is False
 
 
-def test_an_answer_out_of_time_halves_the_distance_to_full_pressure() -> None:
+def test_a_late_answer_halves_the_distance_to_full_pressure() -> None:
     shedder = _overloaded()
-    for _ in range(LagShedder.EASE_ANSWERS):
-        shedder.answered(in_time=True, now=10.05)
-    shedder.answered(in_time=False, now=10.05)
+    _answers(shedder, LagShedder.EASE_ANSWERS)
+    _answers(shedder, 1, late=True)
     assert (shedder.pressure, shedder.stay_s) == (0.5, pytest.approx(0.0025))
-    for _ in range(60):
-        shedder.answered(in_time=False, now=10.05)
+    _answers(shedder, 60, late=True)
     assert shedder.stay_s == pytest.approx(0.001)
     assert shedder.shed(0.0011, now=10.1) is True
 
 
+def test_a_decision_cut_short_by_the_deadline_raises_the_pressure_a_few_steps() -> None:
+    shedder = _overloaded()
+    _answers(shedder, LagShedder.EASE_ANSWERS)
+    _answers(shedder, 1, cut=True)
+    assert shedder.pressure == pytest.approx(LagShedder.CUT_WEIGHT / LagShedder.EASE_ANSWERS)
+    _answers(shedder, LagShedder.EASE_ANSWERS, cut=True)
+    assert shedder.pressure == 1.0
+
+
 def test_answers_while_calm_leave_the_pressure_alone() -> None:
     shedder = _shedder()
-    for in_time in (True, False) * LagShedder.EASE_ANSWERS:
-        shedder.answered(in_time, now=10.0)  # never overloaded: nothing learned
+    _answers(shedder, LagShedder.EASE_ANSWERS, now=10.0)  # never overloaded: nothing learned
     assert shedder.pressure == 1.0
     shedder = _overloaded()
-    for _ in range(LagShedder.EASE_ANSWERS // 4):
-        shedder.answered(in_time=True, now=10.05)
-    shedder.answered(in_time=False, now=11.0)  # calm since 10.2 s
+    _answers(shedder, LagShedder.EASE_ANSWERS // 4)
+    _answers(shedder, 1, now=11.0, late=True)  # calm since 10.2 s
     assert shedder.pressure == pytest.approx(0.75)
 
 
-@given(outcomes=st.lists(st.tuples(st.booleans(), st.booleans()), max_size=400))
+@given(outcomes=st.lists(st.tuples(st.booleans(), st.booleans(), st.booleans()), max_size=600))
 def test_the_pressure_stays_in_0_1_and_the_low_bound_between_its_floor_and_the_high_one(
-    outcomes: list[tuple[bool, bool]],
+    outcomes: list[tuple[bool, bool, bool]],
 ) -> None:
     shedder = _overloaded()
-    for in_time, calm in outcomes:
+    for late, cut, calm in outcomes:
         before = shedder.pressure
-        shedder.answered(in_time, now=11.0 if calm else 10.05)
+        shedder.answered(11.0 if calm else 10.05, late=late, cut=cut)
         assert 0.0 <= shedder.pressure <= 1.0
         if calm:
             assert shedder.pressure == before
         else:
-            assert (shedder.pressure <= before) if in_time else (shedder.pressure >= before)
+            assert (shedder.pressure >= before) if late or cut else (shedder.pressure <= before)
         assert shedder.stay_s == pytest.approx(0.004 - shedder.pressure * 0.003)
 
 
