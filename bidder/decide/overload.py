@@ -90,8 +90,8 @@ class LagShedder:
     margin its stages give up. Each such answer decided in time lowers it by
     1/``EASE_ANSWERS``; one whose decision the deadline cut short (a ``deadline``
     no-bid, answered in time) raises it by ``CUT_WEIGHT`` steps: work lost, the
-    contract kept; one answered after its deadline halves its distance to 1: the
-    contract broken. A lag is a cause, the deadline is what counts: a worker saturated
+    contract kept; one answered after its deadline sets it back to 1: the contract
+    broken. A lag is a cause, the deadline is what counts: a worker saturated
     by a bounded load (an exchange's connections each waiting for its answer) runs at a
     steady lag that still leaves its requests time, and shedding there trades bids for
     204s that cost CPU too; a worker whose backlog grows (an open-loop surge) misses
@@ -103,10 +103,9 @@ class LagShedder:
 
     EASE_ANSWERS = 512
     """In-time answers that take the pressure from 1 to 0 (0.1 s at saturation). The
-    pressure settles where the misses match the in-time answers, so this sets what an
-    overloaded worker lets through: about one late answer in EASE_ANSWERS / 2 admitted
-    requests, or one cut decision in CUT_WEIGHT + 1 (a saturated worker with no pushback
-    cuts 3-5%)."""
+    pressure settles where the misses match the in-time answers: it lets through about
+    one cut decision in CUT_WEIGHT + 1 admitted requests (a saturated worker with no
+    pushback cuts 3-5%), and backs off at once on every late answer."""
 
     CUT_WEIGHT = 8
     """Steps a decision the deadline cut short raises the pressure."""
@@ -146,7 +145,7 @@ class LagShedder:
         if not self.overloaded(now):
             return
         if late:
-            self._pressure += (1.0 - self._pressure) / 2
+            self._pressure = 1.0
         elif cut:
             self._pressure = min(1.0, self._pressure + self.CUT_WEIGHT / self.EASE_ANSWERS)
         else:

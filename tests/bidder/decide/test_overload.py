@@ -178,13 +178,12 @@ def test_answers_in_time_while_overloaded_ease_the_pressure_up_to_the_high_bound
     assert shedder.shed(0.0039, now=10.2) is False
 
 
-def test_a_late_answer_halves_the_distance_to_full_pressure() -> None:
+def test_a_late_answer_sets_the_pressure_back_to_full() -> None:
     shedder = _overloaded()
     _answers(shedder, LagShedder.EASE_ANSWERS)
+    assert shedder.shed(0.0011, now=10.1) is False
     _answers(shedder, 1, late=True)
-    assert (shedder.pressure, shedder.stay_s) == (0.5, pytest.approx(0.0025))
-    _answers(shedder, 60, late=True)
-    assert shedder.stay_s == pytest.approx(0.001)
+    assert (shedder.pressure, shedder.stay_s) == (1.0, 0.001)
     assert shedder.shed(0.0011, now=10.1) is True
 
 
@@ -205,6 +204,8 @@ def test_answers_while_calm_leave_the_pressure_alone() -> None:
     _answers(shedder, LagShedder.EASE_ANSWERS // 4)
     _answers(shedder, 1, now=11.0, late=True)  # calm since 10.2 s
     assert shedder.pressure == pytest.approx(0.75)
+    _answers(shedder, 1, now=10.1, late=True)
+    assert shedder.pressure == 1.0
 
 
 @given(outcomes=st.lists(st.tuples(st.booleans(), st.booleans(), st.booleans()), max_size=600))
