@@ -126,3 +126,9 @@ LOOP_LAG = Gauge(
     "How late the event-loop heartbeat fired, last sample.",
     multiprocess_mode="max",
 )
+SHED_PRESSURE = Gauge(
+    "bidsim_shed_pressure",
+    "How hard an overloaded worker pushes back, 0-1, learned from its deadlines"
+    " (bidder.decide.overload.LagShedder), at the last heartbeat.",
+    multiprocess_mode="max",
+)

@@ -6,13 +6,12 @@ request says its tmax); the stages must be done ``answer_margin_ms`` before it, 
 time it takes to write the answer, and up to ``overload_margin_ms`` earlier still when
 the request was admitted while the worker sheds (``bidder.decide.overload``: the share
 its learned pressure says): under overload the timer that ends a stage fires late by a
-loop iteration. Every await after receipt is
-bounded by it with ``asyncio.timeout_at``: the body read when part of the body is
-still in flight, and each pipeline stage that does I/O (see ``bidder.pipeline.runner``).
-Pure work can't be interrupted, so the deadline is checked once more before a bid goes out.
-Whatever goes wrong, the answer is a 204 with a typed reason: a remote fault
-(bad body) is ``invalid``, lateness is ``deadline``, and our own bug is logged
-loudly and answered ``internal_error``.
+loop iteration. Every await after receipt is bounded by it with ``asyncio.timeout_at``:
+the body read when part of the body is still in flight, and each pipeline stage that
+does I/O (see ``bidder.pipeline.runner``). Pure work can't be interrupted, so the
+deadline is checked once more before a bid goes out. Whatever goes wrong, the answer is
+a 204 with a typed reason: a remote fault (bad body) is ``invalid``, lateness is
+``deadline``, and our own bug is logged loudly and answered ``internal_error``.
 """
 
 from __future__ import annotations
@@ -131,7 +130,11 @@ class BidHandler:
         state.background.append(self._probe_lag)
 
     async def _probe_lag(self) -> None:
-        await run_lag_probe(self._lag, self._state.clock, on_sample=metrics.LOOP_LAG.set)
+        await run_lag_probe(self._lag, self._state.clock, on_sample=self._sampled)
+
+    def _sampled(self, lateness: float) -> None:
+        metrics.LOOP_LAG.set(lateness)
+        metrics.SHED_PRESSURE.set(self._shedder.pressure)
 
     def handle(self, request: Request) -> Response | Awaitable[Response]:
         """The answer at once when no stage awaits; else an awaitable of it."""
@@ -371,12 +374,8 @@ def build_server(state: BidderState) -> HttpServer:
     """
     settings = state.settings
     bids = BidHandler(state)
-    view = ViewNoticeHandler(
-        state.signer,
-        state.clock,
-        round(settings.notice_max_age_s * 1000),
-        state.count_viewable,
-    )
+    max_age_ms = round(settings.notice_max_age_s * 1000)
+    view = ViewNoticeHandler(state.signer, state.clock, max_age_ms, state.count_viewable)
     routes = {
         ("POST", BID_PATH): Route(
             bids.handle, arrive_within_s=settings.deadline_ms / 1000, late=bids.late

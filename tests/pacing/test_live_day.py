@@ -115,6 +115,7 @@ async def _day(stack: LocalStack, tmp_path: Path) -> dict[str, Any]:
     report = to_json(result)
     supply = orjson.loads(SUPPLY.read_bytes())["campaigns"]
     pacing = pacing_section(report["campaigns"], budgets, supply, offline)
+    (tmp_path / "report.json").write_bytes(orjson.dumps({**report, "pacing": pacing}))
     return {"pacing": pacing, "sums": campaign_sums, "late_ms": start_at_ms}
 
 
@@ -130,6 +131,13 @@ def _binding(day: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+def _why(cid: str, entry: dict[str, Any]) -> str:
+    """A failed check's context in full (the report is kept as ``report.json`` in the
+    module's temporary directory)."""
+    keys = ("live", "offline_range", "hourly_spend_micros", "hourly_target_micros")
+    return f"{cid}: " + ", ".join(f"{key}={entry.get(key)}" for key in keys)
+
+
 def _near(value: float, bounds: list[float], points: float) -> bool:
     low, high = bounds
     return low - points <= value <= high + points
@@ -138,13 +146,13 @@ def _near(value: float, bounds: list[float], points: float) -> bool:
 def test_binding_budgets_are_spent_to_their_end_and_not_past_it(day: dict[str, Any]) -> None:
     for cid, entry in _binding(day).items():
         lowest = entry["offline_range"]["eod_spend_ratio"][0]
-        assert lowest - 0.10 <= entry["live"]["eod_spend_ratio"] <= 1.02, (cid, entry["live"])
+        assert lowest - 0.10 <= entry["live"]["eod_spend_ratio"] <= 1.02, _why(cid, entry)
 
 
 def test_the_cumulative_spend_tracks_the_curve_as_well_as_offline(day: dict[str, Any]) -> None:
     for cid, entry in _binding(day).items():
         worst = entry["offline_range"]["max_cum_error_ratio"][1]
-        assert entry["live"]["max_cum_error_ratio"] <= worst + 0.10, (cid, entry)
+        assert entry["live"]["max_cum_error_ratio"] <= worst + 0.10, _why(cid, entry)
 
 
 def test_the_ledger_equals_the_totals(day: dict[str, Any]) -> None:
@@ -154,7 +162,7 @@ def test_the_ledger_equals_the_totals(day: dict[str, Any]) -> None:
 def test_the_live_day_lands_within_the_simulators_range(day: dict[str, Any]) -> None:
     for cid, entry in _binding(day).items():
         live, bounds = entry["live"], entry["offline_range"]
-        assert _near(live["eod_spend_ratio"], bounds["eod_spend_ratio"], 0.10), (cid, entry)
+        assert _near(live["eod_spend_ratio"], bounds["eod_spend_ratio"], 0.10), _why(cid, entry)
 
 
 def test_an_hour_here_is_too_few_impressions_for_the_hourly_band(day: dict[str, Any]) -> None:
