@@ -115,9 +115,10 @@ class LagShedder:
             raise ValueError(
                 f"need 0 < stay_s <= enter_s and calm_s >= 0, got {stay_s}, {enter_s}, {calm_s}"
             )
-        self._enter_s, self._floor_s, self._calm_s = enter_s, stay_s, calm_s
+        self._enter_s, self._calm_s = enter_s, calm_s
+        self._room_s = enter_s - stay_s
+        """How far the stay bound rises above its floor as the pressure falls to 0."""
         self._pressure = 1.0
-        self._stay_s = stay_s
         self._overloaded_until = float("-inf")
 
     @property
@@ -127,14 +128,14 @@ class LagShedder:
     @property
     def stay_s(self) -> float:
         """The stay bound the pressure sets."""
-        return self._stay_s
+        return self._enter_s - self._pressure * self._room_s
 
     def overloaded(self, now: float) -> bool:
         return now < self._overloaded_until
 
     def shed(self, lag: float, now: float) -> bool:
         """Whether a request arriving ``now`` with the loop ``lag`` late is shed."""
-        if lag > self._enter_s or (lag > self._stay_s and self.overloaded(now)):
+        if lag > self._enter_s or (lag > self.stay_s and self.overloaded(now)):
             self._overloaded_until = now + self._calm_s
             return True
         return False
@@ -142,7 +143,7 @@ class LagShedder:
     def answered(self, now: float, *, late: bool, cut: bool) -> None:
         """An admitted request was answered ``now``: after its deadline (``late``), in
         time but with its decision cut short by the deadline (``cut``), or in time."""
-        if not self.overloaded(now):
+        if now >= self._overloaded_until:  # calm: nothing to learn
             return
         if late:
             self._pressure = 1.0
@@ -150,7 +151,6 @@ class LagShedder:
             self._pressure = min(1.0, self._pressure + self.CUT_WEIGHT / self.EASE_ANSWERS)
         else:
             self._pressure = max(0.0, self._pressure - 1 / self.EASE_ANSWERS)
-        self._stay_s = self._enter_s - self._pressure * (self._enter_s - self._floor_s)
 
 
 class InFlightGate:

@@ -24,14 +24,15 @@ acceptance, on that scale: every binding budget is spent and not past it (EOD at
 within 10 points of the simulator's range; the cumulative error is at most the
 simulator's worst plus 10 points; the ledger equals the DynamoDB totals. Hours in band
 are not compared: live had 0-5 of 24 (northwind) and 1-3 (ridgeway) over four runs,
-offline 2-7 and 3-10. Measured, four runs (notices debited to the worker that bid, kept
-leases renewed, the tail to fewer nodes): northwind live 0.915-0.983 against offline
-0.970 (0.953-0.985); ridgeway 0.865-0.945 against 0.934 (0.920-0.943), its tail (one
-impression at the maximum bid) 7% of its budget. One run's ridgeway spent nothing in
-hours 22-23 with 13.5% of its budget left; docs/pacing.md says what is known of it.
-They fail when pacing does: a breaker tripping on noise left 4% spent, a lease below one
-impression at the maximum bid left 0%, and a simulator that let nodes spend leases a
-live node cannot bid from put ridgeway's offline EOD at 0.955 against 0.865 live.
+offline 2-7 and 3-10. Measured at full pace (1440x, 0.5 s ticks), four runs (notices
+debited to the worker that bid, kept leases renewed, the tail to fewer nodes): northwind
+live 0.915-0.983 against offline 0.970 (0.953-0.985); ridgeway 0.865-0.945 against 0.934
+(0.920-0.943), its tail (one impression at the maximum bid) 7% of its budget. One run's
+ridgeway spent nothing in hours 22-23 with 13.5% of its budget left; docs/pacing.md says
+what is known of it. They fail when pacing does: a breaker tripping on noise left 4%
+spent, a lease below one impression at the maximum bid left 0%, and a simulator that let
+nodes spend leases a live node cannot bid from put ridgeway's offline EOD at 0.955
+against 0.865 live.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ SUPPLY = Path(__file__).parent / "data" / "day-1m-supply.json"
 SUPPLY_RATIO = 1.5
 REPLAY_SPEED = 0.5
 """Half the recorded pace: a second of the machine's stalls (another test's load on
-its 2 cores) is 12 simulated minutes, one pacing tick; at full pace it was two, and
-on a loaded machine a binding budget now and then went unspent for hours."""
+its 2 cores) is 12 simulated minutes, one pacing tick (docs/decisions.md, "The live
+day's short form runs at half the recorded pace")."""
 LEAD_S = 20.0
 CHUNK_PERIODS = 4
 """Budgets this small need large chunks to cover one impression at the maximum bid."""
