@@ -49,6 +49,7 @@ import orjson
 import uvloop
 
 from bidder.bidstream.stream import read_stream
+from bidder.core.deadlines import TaskDeadlines
 from bidder.core.nobid import NoBid
 from bidder.openrtb.request import InvalidRequest, parse_bid_request
 from bidder.pipeline.response import build_response
@@ -78,6 +79,7 @@ class Paths:
         self.state = state
         self.cheap_stages: Sequence[Stage] = state.stages[:CHEAP_STAGES]
         self.budget_s = state.settings.deadline_ms / 1000
+        self.bounds = TaskDeadlines()
 
     def _context(self, body: bytes, ssp: str) -> tuple[Context, float] | NoBid:
         try:
@@ -92,7 +94,7 @@ class Paths:
         if isinstance(made, NoBid):
             return made
         ctx, deadline = made
-        staged = run_stages(self.cheap_stages, ctx, deadline)
+        staged = run_stages(self.cheap_stages, ctx, deadline, self.bounds)
         return staged if staged is None or isinstance(staged, NoBid) else await staged
 
     async def full(self, body: bytes, ssp: str) -> bytes | NoBid:
@@ -101,7 +103,7 @@ class Paths:
             return made
         ctx, deadline = made
         try:
-            staged = run_stages(self.state.stages, ctx, deadline)
+            staged = run_stages(self.state.stages, ctx, deadline, self.bounds)
             reason = staged if staged is None or isinstance(staged, NoBid) else await staged
         except TimeoutError:
             return NoBid.DEADLINE

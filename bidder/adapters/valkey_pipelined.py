@@ -10,11 +10,12 @@ replies are matched to callers first in, first out; ``hiredis.Reader`` parses th
 No task per call, no connection pool, no per-call timer.
 
 Time bound. ``send(command, until)`` takes an instant on the loop's clock. One
-timer per connection, armed at the earliest instant still pending (a heap), fails
-the futures whose instant has passed with ``TimeoutError``. The command itself is
+timer per connection (``bidder.core.deadlines``), armed at the earliest instant still
+pending, fails the futures whose instant has passed with ``TimeoutError``. The command itself is
 not cancelled (nothing can be, once written): its reply, when it comes, finds its
 future done and is dropped, and the connection stays healthy. A caller that is
-cancelled (``asyncio.timeout_at`` of the pipeline) cancels its future: the same.
+cancelled (the pipeline's deadline, ``bidder.pipeline.runner``) cancels its future: the
+same.
 A call whose instant has already passed is never sent.
 
 Bounds and failures.
@@ -39,8 +40,6 @@ is not for this class (one server; keys are not routed).
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import logging
 import ssl
 from collections import deque
@@ -52,6 +51,8 @@ import hiredis
 from redis.connection import parse_url
 from redis.exceptions import ConnectionError as ValkeyConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+from bidder.core.deadlines import Deadlines
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,10 @@ def pack(*args: Arg) -> bytes:
             data = b"%d" % arg
         parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(parts)
+
+
+def _time_out(future: asyncio.Future[Any]) -> None:
+    future.set_exception(TimeoutError())
 
 
 def forget(futures: Iterable[asyncio.Future[Any]]) -> None:
@@ -167,10 +172,9 @@ class PipelinedConnection:
         self._connecting: asyncio.Task[None] | None = None
         self._next_attempt = -_INFINITY
         self._closed = False
-        self._deadlines: list[tuple[float, int, asyncio.Future[Any]]] = []
-        self._order = itertools.count()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = _INFINITY
+        self._deadlines: Deadlines[asyncio.Future[Any]] = Deadlines(
+            _time_out, asyncio.Future.done, after_fire=self._check_stall
+        )
 
     @property
     def connected(self) -> bool:
@@ -214,17 +218,13 @@ class PipelinedConnection:
         else:
             wire.send(command, future)
             if until != _INFINITY:
-                heapq.heappush(self._deadlines, (until, next(self._order), future))
-                if until < self._timer_at:
-                    self._arm(until)
+                self._deadlines.add(until, future)
         return future
 
     async def aclose(self) -> None:
         """Close the connection; calls owed or made later fail with ConnectionError."""
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer, self._timer_at = None, _INFINITY
+        self._deadlines.clear()
         connecting = self._connecting
         if connecting is not None:
             connecting.cancel()
@@ -232,28 +232,10 @@ class PipelinedConnection:
         wire, self._wire = self._wire, None
         if wire is not None:
             await wire.close()
-        self._deadlines.clear()
 
     # ------------------------------------------------------------------ internals
 
-    def _arm(self, when: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = when
-        self._timer = self._loop.call_at(when, self._expire)
-
-    def _expire(self) -> None:
-        # The timer's own instant counts as passed even when the loop's coarser clock
-        # (uvloop: milliseconds) reads a little earlier, as asyncio.timeout_at would.
-        due = max(self._timer_at, self._loop.time())
-        self._timer, self._timer_at = None, _INFINITY
-        deadlines = self._deadlines
-        while deadlines and (deadlines[0][0] <= due or deadlines[0][2].done()):
-            future = heapq.heappop(deadlines)[2]
-            if not future.done():
-                future.set_exception(TimeoutError())
-        if deadlines:
-            self._arm(deadlines[0][0])
+    def _check_stall(self) -> None:
         if self._wire is not None:
             self._give_up_if_stalled(self._wire)
 

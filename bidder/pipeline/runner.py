@@ -8,24 +8,25 @@ stage table (order, code, no-bid reasons) is in ``docs/architecture.md``; the wi
 in that order, is ``bidder.serve.assemble``.
 
 Deadline enforcement. A pure stage returns its answer directly; a stage that
-does I/O returns an awaitable, and only then does the pipeline arm
-``asyncio.timeout_at(deadline)``, once per request, around it and every stage after
-it, so every awaited call is cut off at the deadline while the ~97% of requests that
-never leave memory pay for no timer (a uvloop timer costs about as much as the
-eligibility stage). A pure stage can't be interrupted; the caller checks the clock
-once more before a bid goes out. ``deadline`` is passed so a stage can give a
-sub-call its own, tighter bound. It is an instant on the ``Clock``'s monotonic time, which
-``asyncio.timeout_at`` compares with the loop's time: with the ``SystemClock``
-both are CLOCK_MONOTONIC (asyncio's default loop and uvloop alike).
+does I/O returns an awaitable, and only then is the request's deadline armed, once,
+around it and every stage after it, so every awaited call is cut off at the deadline
+while the ~97% of requests that never leave memory pay for nothing. The deadlines of
+all requests in flight share one loop timer (``bidder.core.deadlines``), since a loop timer
+of its own costs a request about as much as the eligibility stage. A pure stage can't be
+interrupted; the caller checks the clock once more before a bid goes out.
+``deadline`` is passed so a stage can give a sub-call its own, tighter bound. It is an
+instant on the ``Clock``'s monotonic time, which the timer compares with the loop's
+time: with the ``SystemClock`` both are CLOCK_MONOTONIC (asyncio's default loop and
+uvloop alike).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from bidder.core.deadlines import TaskDeadlines
 from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import Candidate
 from bidder.openrtb.view import BidRequest
@@ -88,13 +89,13 @@ class Stage(Protocol):
 
 
 def run_stages(
-    stages: Sequence[Stage], ctx: Context, deadline: float
+    stages: Sequence[Stage], ctx: Context, deadline: float, bounds: TaskDeadlines
 ) -> StageResult | Coroutine[Any, Any, StageResult]:
     """Run stages in order; the first no-bid reason ends the run.
 
     When every stage is pure the answer comes back at once (no task, no timer). The
-    first stage that returns an awaitable makes the result a coroutine, which arms the
-    one deadline timer of the request around it and the stages after it, and raises
+    first stage that returns an awaitable makes the result a coroutine, which puts the
+    request's deadline in ``bounds`` around it and the stages after it, and raises
     TimeoutError when a stage is still awaiting at ``deadline``.
     """
     for n, stage in enumerate(stages):
@@ -107,14 +108,18 @@ def run_stages(
             if ctx.times is not None:
                 ctx.times.mark(type(stage).__name__)
             return result
-        return _run_rest_in_time(result, stages[n:], ctx, deadline)
+        return _run_rest_in_time(result, stages[n:], ctx, deadline, bounds)
     return None
 
 
 async def _run_rest_in_time(
-    first: Awaitable[StageResult], stages: Sequence[Stage], ctx: Context, deadline: float
+    first: Awaitable[StageResult],
+    stages: Sequence[Stage],
+    ctx: Context,
+    deadline: float,
+    bounds: TaskDeadlines,
 ) -> StageResult:
-    async with asyncio.timeout_at(deadline):
+    with bounds.until(deadline):
         return await _run_rest(first, stages, ctx, deadline)
 
 

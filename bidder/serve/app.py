@@ -6,12 +6,13 @@ request says its tmax); the stages must be done ``answer_margin_ms`` before it, 
 time it takes to write the answer, and up to ``overload_margin_ms`` earlier still when
 the request was admitted while the worker sheds (``bidder.decide.overload``: the share
 its learned pressure says): under overload the timer that ends a stage fires late by a
-loop iteration. Every await after receipt is bounded by it with ``asyncio.timeout_at``:
-the body read when part of the body is still in flight, and each pipeline stage that
-does I/O (see ``bidder.pipeline.runner``). Pure work can't be interrupted, so the
-deadline is checked once more before a bid goes out. Whatever goes wrong, the answer is
-a 204 with a typed reason: a remote fault (bad body) is ``invalid``, lateness is
-``deadline``, and our own bug is logged loudly and answered ``internal_error``.
+loop iteration. Every await after receipt is bounded by it: the body read when part of
+the body is still in flight (the server's timer), and each pipeline stage that does I/O
+(the worker's shared deadline timer, see ``bidder.pipeline.runner``). Pure work can't
+be interrupted, so the deadline is checked once more before a bid goes out. Whatever
+goes wrong, the answer is a 204 with a typed reason: a remote fault (bad body) is
+``invalid``, lateness is ``deadline``, and our own bug is logged loudly and answered
+``internal_error``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from bidder.core import metrics
 from bidder.core.clock import Clock
+from bidder.core.deadlines import TaskDeadlines
 from bidder.core.nobid import NoBid
 from bidder.core.tokens import TokenSigner
 from bidder.decide.overload import InFlightGate, LagShedder, LoopLag, run_lag_probe
@@ -37,15 +39,14 @@ from bidder.pipeline.response import NoticeUrls, build_response, winners
 from bidder.pipeline.runner import Context, PricedCandidate, Stage, StageResult, run_stages
 from bidder.pipeline.stage_times import HEADER as STAGE_TIMES
 from bidder.pipeline.stage_times import StageTimes
+from bidder.serve.bill_notice import NoticeHandler, NoticeParts
 from bidder.serve.http import messages
 from bidder.serve.http.messages import Request, Response, header_lines
 from bidder.serve.http.protocol import Route
 from bidder.serve.http.server import HttpServer
 from bidder.serve.settings import Settings
 from bidder.serve.view_notice import VIEW_PATH, CountViewable, ViewNoticeHandler
-from bidder.winloop.billable import BillingOutcome
-from bidder.winloop.billing import Biller, BillingUnavailable, ImpressionSink
-from bidder.winloop.notices import NoticeError, parse_notice
+from bidder.winloop.billing import Biller, ImpressionSink
 from ids.snowflake import IdsUnavailable, Snowflake
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ class BidHandler:
         self._gate = InFlightGate(state.settings.max_in_flight)
         self._lag = LoopLag(state.clock)
         self._partners = RateLimiter(state.settings.rate_limits, state.clock)
+        self._bounds = TaskDeadlines()
         state.background.append(self._probe_lag)
 
     async def _probe_lag(self) -> None:
@@ -259,7 +261,7 @@ class BidHandler:
         if trace is not None:
             ctx.finishers.append(trace.sent)
         try:
-            staged = run_stages(self._state.stages, ctx, deadline)
+            staged = run_stages(self._state.stages, ctx, deadline, self._bounds)
         except BaseException:
             ctx.finish(())  # what a stage took is given back
             raise
@@ -314,56 +316,6 @@ class BidHandler:
         return deadline - margin
 
 
-class NoticeHandler:
-    """Win and billing notices (see ``bidder.winloop.notices`` and ``bidder.winloop.billing``).
-
-    A refused notice is a 400 naming the reason and changes nothing but the rejected
-    counter; a first valid notice bills the impression; a repeat is a duplicate
-    (2xx, counted, no spend). A win for a nurl-served creative returns its markup,
-    duplicate or not (the exchange may be retrying because it lost the markup).
-    A valid notice whose billing can't be done now (Valkey, spool or ids down) is
-    journaled and answered 202 (its markup for such a win): it is billed exactly once
-    when they are back. Only when even the journal can't be written is it a 503, so
-    the exchange retries rather than the impression being lost.
-    """
-
-    def __init__(self, state: BidderState, kind: str):
-        self._state = state
-        self._kind = kind
-        self._max_age_ms = round(state.settings.notice_max_age_s * 1000)
-        self._outcomes = {o: metrics.NOTICES.labels(kind, o.value) for o in _OUTCOMES}
-
-    async def handle(self, request: Request) -> Response:
-        state = self._state
-        try:
-            notice = parse_notice(
-                request.query, state.signer, state.clock.wall_ms(), self._max_age_ms
-            )
-        except NoticeError as exc:
-            metrics.NOTICES_REJECTED.labels(self._kind, exc.reason).inc()
-            return messages.text(400, str(exc))
-        try:
-            outcome = await state.biller.bill(notice, self._kind)
-        except BillingUnavailable:  # logged loudly by the biller: neither billed nor journaled
-            self._outcomes[BillingOutcome.UNAVAILABLE].inc()
-            return messages.text(503, "try again later", {"Retry-After": "5"})
-        self._outcomes[outcome].inc()
-        claims = notice.claims
-        creative = state.book.index.creative(claims.campaign_id, claims.creative_id)
-        if self._kind == "win" and creative is not None and creative.serve == "nurl":
-            return messages.html(creative.markup)
-        return Response(202 if outcome is BillingOutcome.DEFERRED else 204)
-
-
-_OUTCOMES = (
-    BillingOutcome.BILLED,
-    BillingOutcome.DUPLICATE,
-    BillingOutcome.DEFERRED,
-    BillingOutcome.UNAVAILABLE,
-)
-"""The outcomes of a live notice (the others are replays'), counted from zero."""
-
-
 def build_server(state: BidderState) -> HttpServer:
     """The bid port: five routes on a lean HTTP/1.1 server (``bidder.serve.http``).
 
@@ -376,12 +328,13 @@ def build_server(state: BidderState) -> HttpServer:
     bids = BidHandler(state)
     max_age_ms = round(settings.notice_max_age_s * 1000)
     view = ViewNoticeHandler(state.signer, state.clock, max_age_ms, state.count_viewable)
+    notices = NoticeParts(state.signer, state.clock, state.biller, state.book, max_age_ms)
     routes = {
         ("POST", BID_PATH): Route(
             bids.handle, arrive_within_s=settings.deadline_ms / 1000, late=bids.late
         ),
-        ("GET", "/notice/win"): Route(NoticeHandler(state, "win").handle),
-        ("GET", "/notice/bill"): Route(NoticeHandler(state, "bill").handle),
+        ("GET", "/notice/win"): Route(NoticeHandler(notices, "win").handle),
+        ("GET", "/notice/bill"): Route(NoticeHandler(notices, "bill").handle),
         ("GET", VIEW_PATH): Route(view.handle),
         ("GET", CLOCK_PATH): Route(partial(_clock, state)),
     }
