@@ -13,7 +13,7 @@ the same run by the same clients, rounds alternating between the servers:
 
 Figures, each a median over ``--rounds`` (the last line printed is one JSON object):
 
-1. saturation: wrk (a C load generator), 32 connections, the banner request; only
+1. saturation: wrk (a C load generator), 16 connections, the banner request; only
    HTTP 200 answers count (the bidder answers 200 only with a bid). ``throughput_ratio``
    = bids/s / echo answers/s; ``cost_ratio`` = CPU µs per bid of the bidder's whole
    process tree (utime + stime from /proc) / CPU µs per echo answer.
@@ -316,7 +316,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--connections", type=int, default=32, help="wrk's connections")
+    parser.add_argument("--connections", type=int, default=16, help="wrk's connections")
     parser.add_argument("--workers", type=int, default=1, help="also measure N workers")
     parser.add_argument(
         "--before", type=Path, help="also measure the bidder of this checkout (with a .venv)"
