@@ -11,12 +11,11 @@ No task per call, no connection pool, no per-call timer.
 
 Time bound. ``send(command, until)`` takes an instant on the loop's clock. One
 timer per connection (``bidder.core.deadlines``), armed at the earliest instant still
-pending, fails the futures whose instant has passed with ``TimeoutError``. The command itself is
-not cancelled (nothing can be, once written): its reply, when it comes, finds its
-future done and is dropped, and the connection stays healthy. A caller that is
-cancelled (the pipeline's deadline, ``bidder.pipeline.runner``) cancels its future: the
-same.
-A call whose instant has already passed is never sent.
+pending, fails the futures whose instant has passed with ``TimeoutError``. The command
+itself is not cancelled (nothing can be, once written): its reply, when it comes, finds
+its future done and is dropped, and the connection stays healthy. A caller that is
+cancelled (the pipeline's deadline, ``bidder.pipeline.runner``) cancels its future:
+the same. A call whose instant has already passed is never sent.
 
 Bounds and failures.
 

@@ -11,9 +11,9 @@ Deadline enforcement. A pure stage returns its answer directly; a stage that
 does I/O returns an awaitable, and only then is the request's deadline armed, once,
 around it and every stage after it, so every awaited call is cut off at the deadline
 while the ~97% of requests that never leave memory pay for nothing. The deadlines of
-all requests in flight share one loop timer (``bidder.core.deadlines``), since a loop timer
-of its own costs a request about as much as the eligibility stage. A pure stage can't be
-interrupted; the caller checks the clock once more before a bid goes out.
+all requests in flight share one loop timer (``bidder.core.deadlines``), since a loop
+timer of its own costs a request about as much as the eligibility stage. A pure stage
+can't be interrupted; the caller checks the clock once more before a bid goes out.
 ``deadline`` is passed so a stage can give a sub-call its own, tighter bound. It is an
 instant on the ``Clock``'s monotonic time, which the timer compares with the loop's
 time: with the ``SystemClock`` both are CLOCK_MONOTONIC (asyncio's default loop and
