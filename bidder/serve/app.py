@@ -189,9 +189,10 @@ class BidHandler:
         times: StageTimes | None,
         trace: CampaignTrace | None,
     ) -> Response:
-        took = self._state.clock.monotonic() - now
+        answered_at = self._state.clock.monotonic()
+        took = answered_at - now
         self._shedder.answered(
-            now + took, late=took >= self._budget_s, cut=decided is NoBid.DEADLINE
+            answered_at, late=took >= self._budget_s, cut=decided is NoBid.DEADLINE
         )
         if isinstance(decided, NoBid):
             answer = self._answer_nobid(decided, now, took)

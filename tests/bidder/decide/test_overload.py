@@ -162,9 +162,11 @@ def _overloaded() -> LagShedder:
     return shedder
 
 
-def _answers(shedder: LagShedder, n: int, now: float = 10.05, **outcome: bool) -> None:
+def _answers(
+    shedder: LagShedder, n: int, now: float = 10.05, *, late: bool = False, cut: bool = False
+) -> None:
     for _ in range(n):
-        shedder.answered(now, late=outcome.get("late", False), cut=outcome.get("cut", False))
+        shedder.answered(now, late=late, cut=cut)
 
 
 def test_answers_in_time_while_overloaded_ease_the_pressure_up_to_the_high_bound() -> None:
