@@ -42,14 +42,15 @@ def _metric(text: str, name: str) -> float:
 
 
 async def _published(
-    session: aiohttp.ClientSession, admin_url: str, name: str, expected: float
+    session: aiohttp.ClientSession, admin_url: str, expected: dict[str, float]
 ) -> str:
-    """``/metrics`` once ``name`` shows ``expected`` (the workers publish every flush
-    interval), or as it is after a bounded number of reads."""
+    """``/metrics`` once every name in ``expected`` shows its value, or as it is after a
+    bounded number of reads. Each worker publishes every flush interval, one metric after
+    another, and a read can fall inside a flush, so each name is waited for."""
     for _ in range(100):
         async with session.get(f"{admin_url}/metrics") as resp:
             text = await resp.text()
-        if name in text and _metric(text, name) >= expected:
+        if all(name in text and _metric(text, name) >= value for name, value in expected.items()):
             break
         await asyncio.sleep(0.05)
     return text
@@ -64,7 +65,11 @@ async def test_two_workers_serve_one_port_and_the_admin_port_sums_their_metrics(
         assert bidder.pool.alive() == 2
         statuses = await _post_many(f"{bidder.bid_url}/openrtb2/bid", 60)
         async with aiohttp.ClientSession() as session:
-            metrics = await _published(session, bidder.admin_url, "bidsim_bids_total", 60)
+            metrics = await _published(
+                session,
+                bidder.admin_url,
+                {"bidsim_bids_total": 60, "bidsim_bid_latency_seconds_count": 60},
+            )
             async with session.get(f"{bidder.admin_url}/healthz") as resp:
                 health = (resp.status, await resp.json())
     assert statuses == [200] * 60
