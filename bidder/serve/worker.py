@@ -48,6 +48,7 @@ from bidder.serve.app import BidderState, build_server
 from bidder.serve.assemble import build_state
 from bidder.serve.http.server import HttpServer
 from bidder.serve.settings import Settings
+from bidder.stack.child import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,9 @@ SHUTDOWN_GRACE_S = 7.0
 """The whole graceful stop: drain (2 s), flush (2 s), the rest (about 1.5 s)."""
 
 
-def run_worker(settings: Settings, conn: Connection) -> None:
-    """A worker's work, once ``bidder.serve.worker_start.begin`` has set its process up."""
+def run_worker(settings: Settings, parent_pid: int, conn: Connection) -> None:
+    """Process entry point (multiprocessing, spawn)."""
+    die_with_parent(parent_pid)()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         uvloop.run(_serve(settings, conn))

@@ -1,12 +1,10 @@
 """The supervisor's view of its worker processes: start, watch, replace, stop.
 
-Workers are forked from a fork server (``bidder.serve.worker_start``): a fresh
-interpreter that has imported the heavy third-party packages once, so a worker starts
-without an event loop, clients or any other state of the supervisor, and without
-paying those imports again. It takes the supervisor's environment (with the
-Prometheus multi-process directory set) before its own modules are imported.
+Workers are started with the ``spawn`` method so each gets a fresh interpreter
+(no forked event loop or boto3 state) and inherits the Prometheus
+multi-process directory from the environment set before the spawn.
 
-Theory of operation. ``start`` starts every worker and waits for each to report
+Theory of operation. ``start`` spawns every worker and waits for each to report
 ready on its pipe; one that fails makes ``start`` stop the rest and raise
 ``WorkerPoolError`` with the reasons. Once all are up, one watcher task per slot
 waits for its process's sentinel (readable when the process exits: no polling).
@@ -23,8 +21,10 @@ Crash loops are bounded by ``RestartPolicy``: the first death of a slot is repla
 at once; each further failure in a row (a replacement that fails start-up, or dies
 before it has run ``stable_s``) waits twice as long, from ``first_s`` up to
 ``max_s``. A replacement that fails start-up is retried forever: the bidder serves
-on the remaining workers meanwhile and ``/healthz`` says degraded. A worker dies with
-the fork server (``PR_SET_PDEATHSIG``), which exits when the supervisor does.
+on the remaining workers meanwhile and ``/healthz`` says degraded. Replacements are
+spawned on the event loop's thread, the one that started the pool: a worker dies
+with the thread that spawned it (``PR_SET_PDEATHSIG``), so never from a helper
+thread.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import contextlib
 import logging
 import multiprocessing
 import os
-import pickle
 import signal
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -49,12 +48,8 @@ from prometheus_client.registry import Collector
 from bidder.core.clock import Clock, SystemClock
 from bidder.serve.settings import Settings
 from bidder.serve.worker import SHUTDOWN_GRACE_S, run_worker
-from bidder.serve.worker_start import PRELOAD, begin, entry_point
 
 log = logging.getLogger(__name__)
-
-_CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload(list(PRELOAD))
 
 _START_TIMEOUT_S = 60.0
 _HISTORY = 100
@@ -64,9 +59,8 @@ _EXIT_WAIT_S = 5.0
 _STOP_GRACE_S = SHUTDOWN_GRACE_S + 3.0
 """A worker's own graceful stop, plus interpreter exit; then it is killed."""
 
-WorkerTarget = Callable[[Settings, Connection], None]
-"""A worker process's entry point: ``(settings, ready pipe)``; a module-level function
-(``bidder.serve.worker_start`` imports it by name in the worker)."""
+WorkerTarget = Callable[[Settings, int, Connection], None]
+"""A worker process's entry point: ``(settings, supervisor pid, ready pipe)``."""
 
 
 class WorkerPoolError(Exception):
@@ -148,7 +142,8 @@ class WorkerPool:
         policy: RestartPolicy = DEFAULT_RESTART_POLICY,
         clock: Clock | None = None,
     ):
-        """``target``: the worker entry point (a test may wrap ``run_worker``)."""
+        """``target``: the worker entry point (a test may wrap ``run_worker``; it must
+        be importable: workers are spawned)."""
         self._settings, self._target, self._policy = settings, target, policy
         self._clock = clock or SystemClock()
         self._slots: list[_Slot] = []
@@ -195,10 +190,9 @@ class WorkerPool:
         self._slots.clear()
 
     def _spawn(self) -> tuple[BaseProcess, Connection]:
-        receiver, sender = _CONTEXT.Pipe(duplex=False)
-        settings = pickle.dumps(self._settings)
-        args = (os.getpid(), dict(os.environ), entry_point(self._target), settings, sender)
-        proc = _CONTEXT.Process(target=begin, args=args)
+        ctx = multiprocessing.get_context("spawn")
+        receiver, sender = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=self._target, args=(self._settings, os.getpid(), sender))
         try:
             proc.start()
         except BaseException:
