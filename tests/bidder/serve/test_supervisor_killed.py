@@ -7,36 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from bidder.stack.child import free_port
 from tests.bidder.live import CAMPAIGNS, REPO
-
-
-def _descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
-            try:
-                children = (task / "children").read_text().split()
-            except FileNotFoundError:
-                continue
-            for child in map(int, children):
-                if child not in found:
-                    found.add(child)
-                    todo.append(child)
-    return found
-
-
-def _gone(pid: int) -> bool:
-    """No such process, or a zombie left to a reaper that may never reap it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+from tests.processes import descendants, gone, wait_until
 
 
 def test_every_process_of_a_killed_supervisor_ends(tmp_path: Path) -> None:
@@ -57,15 +32,13 @@ def test_every_process_of_a_killed_supervisor_ends(tmp_path: Path) -> None:
         for line in supervisor.stderr:
             if "bidding at" in line:
                 break
-        started = _descendants(supervisor.pid)
+        started = descendants(supervisor.pid)
         # Valkey, moto and the two workers at least.
         assert len(started) >= 4, started
         supervisor.send_signal(signal.SIGKILL)
         supervisor.wait()
-        deadline = time.monotonic() + 15.0
-        while time.monotonic() < deadline and not all(_gone(pid) for pid in started):
-            time.sleep(0.05)
-        assert [pid for pid in started if not _gone(pid)] == []
+        wait_until(lambda: all(gone(pid) for pid in started), timeout_s=15.0)
+        assert [pid for pid in started if not gone(pid)] == []
     finally:
         supervisor.kill()
         supervisor.communicate()

@@ -8,8 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,30 +17,9 @@ import redis
 from bidder.adapters.aws import aws_client
 from bidder.stack.child import StackError, held_port
 from bidder.stack.local import LocalStack
+from tests.processes import gone, wait_until
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def _wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
-
-def _gone(pid: int) -> bool:
-    """No such process, or a zombie: an orphan's reaper (PID 1 here) may never reap it."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def _port_free(port: int) -> bool:
@@ -79,7 +56,7 @@ def test_urls_are_loopback_in_redis_and_http_form(local_stack: LocalStack) -> No
 def test_exit_stops_children_and_frees_ports() -> None:
     with LocalStack() as stack:
         pids, ports = stack.pids, _ports(stack)
-    assert all(_gone(pid) for pid in pids.values())
+    assert all(gone(pid) for pid in pids.values())
     assert all(_port_free(port) for port in ports)
 
 
@@ -90,7 +67,7 @@ def test_error_inside_with_stops_children(error: type[BaseException]) -> None:
         pids = stack.pids
         raise error("boom")
     assert len(pids) == 2
-    assert all(_gone(pid) for pid in pids.values())
+    assert all(gone(pid) for pid in pids.values())
 
 
 _ORPHAN_SCRIPT = """
@@ -118,7 +95,7 @@ def test_children_die_when_parent_is_killed(tmp_path: Path) -> None:
         assert set(pids) == {"valkey", "moto"}
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-        assert _wait_until(lambda: all(_gone(pid) for pid in pids.values()), timeout_s=10)
+        assert wait_until(lambda: all(gone(pid) for pid in pids.values()), timeout_s=10)
     finally:
         parent.kill()
         parent.communicate()
