@@ -14,6 +14,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from bidder.replay.client import HttpPool, Response, TransportError, encode_request, split_url
+from bidder.stack.child import held_port
 
 BID_JSON = b'{"id":"1","cur":"USD","seatbid":[]}'
 
@@ -190,10 +191,7 @@ async def test_requests_beyond_max_connections_wait_for_a_free_one(server):
 
 @pytest.mark.asyncio
 async def test_refused_connection_is_a_transport_error():
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    pool = HttpPool("127.0.0.1", port)
+    pool = HttpPool("127.0.0.1", held_port())  # a port nobody listens on
     with pytest.raises(TransportError):
         await pool.request("GET", "/", timeout_s=2)
     assert pool.open_connections == 0

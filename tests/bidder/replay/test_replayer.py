@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import orjson
 import pytest
@@ -16,6 +15,7 @@ from bidder.bidstream.stream import StreamRecord, encode_record, read_stream, wr
 from bidder.replay.notices import NoticeSend, plan_notices
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import render_table, status_classes, to_json
+from bidder.stack.child import held_port
 
 # Competition fixed at exactly the floor (1.0): every bid of 5.0 wins at 1.01 (second price).
 FIXED_MARKET = Market(seed=1, median_multiple=1.0, sigma=0.0)
@@ -234,10 +234,7 @@ async def test_warmup_requests_are_sent_but_not_measured(bidder):
 
 @pytest.mark.asyncio
 async def test_unreachable_bidder_counts_transport_errors():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    result = await replay(records(["bid"] * 3), f"http://127.0.0.1:{port}", options())
+    result = await replay(records(["bid"] * 3), f"http://127.0.0.1:{held_port()}", options())
     assert (result.requests, result.transport_errors, result.samples) == (3, 3, 0)
 
 
