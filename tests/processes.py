@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,15 @@ def gone(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def reaped(pid: int) -> bool:
+    """No such process: it has ended and its parent has waited for it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:

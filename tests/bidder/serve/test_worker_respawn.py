@@ -38,7 +38,7 @@ from bidder.serve.worker import run_worker
 from bidder.serve.workers import PoolCollector, Restart, RestartPolicy, WorkerPool, describe_exit
 from bidder.stack.child import die_with_parent, free_port, held_port
 from pacing.lease_store import leases_key
-from tests.processes import gone
+from tests.processes import reaped
 
 pytestmark = pytest.mark.long(20)
 
@@ -252,7 +252,7 @@ async def test_stopping_while_a_restart_waits_out_its_back_off_leaves_no_process
     await _until(lambda: pool.counts.failed_start == 1)
     await pool.stop()
     started = _started(control)
-    assert len(started) == 2 and all(gone(pid) for pid in started)
+    assert len(started) == 2 and all(reaped(pid) for pid in started)
     assert multiprocessing.active_children() == [] and pool.pids == []
 
 
@@ -267,5 +267,5 @@ async def test_stopping_while_a_replacement_is_starting_ends_it(
     await _until(lambda: len(_started(control)) == 2)
     await pool.stop()
     started = _started(control)
-    assert len(started) == 2 and all(gone(pid) for pid in started)
+    assert len(started) == 2 and all(reaped(pid) for pid in started)
     assert multiprocessing.active_children() == [] and pool.restarts[0].new_pid is None

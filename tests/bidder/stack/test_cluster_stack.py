@@ -29,7 +29,7 @@ from bidder.stack.local import LocalStack
 from ids.worker_lease import lease_keys
 from pacing.lease_store import leases_key
 from tests.pacing.test_live_ledger import live_settings, notice_outcomes
-from tests.processes import gone
+from tests.processes import reaped
 
 pytestmark = pytest.mark.long(13)
 
@@ -142,4 +142,4 @@ def test_a_negative_number_of_cluster_replicas_is_refused() -> None:
 def test_stopping_a_cluster_stack_stops_every_node(aws_endpoint: str) -> None:
     with LocalStack(aws_endpoint=aws_endpoint, cluster=3) as stack:
         pids = [pid for name, pid in stack.pids.items() if name.startswith("valkey-")]
-    assert len(pids) == 3 and all(gone(pid) for pid in pids)
+    assert len(pids) == 3 and all(reaped(pid) for pid in pids)
