@@ -1,11 +1,25 @@
-"""Processes as the tests see them from outside: ended, waited for, the tree under one."""
+"""Processes as the tests see them from outside: started to be killed, ended, waited for,
+the tree under one."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def start_to_kill(argv: list[str], tmp_path: Path, **pipes: Any) -> subprocess.Popen[str]:
+    """``argv`` started from the repository, text mode, ``pipes`` as ``Popen`` takes them.
+    Its temp dirs go under ``tmp_path``: a process killed with SIGKILL cannot remove
+    them, and pytest does."""
+    return subprocess.Popen(
+        argv, cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)}, text=True, **pipes
+    )
 
 
 def gone(pid: int) -> bool:

@@ -3,30 +3,21 @@ embedded Valkey and moto server: ``PR_SET_PDEATHSIG``, ``bidder.stack.child``)."
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from bidder.stack.child import free_port
-from tests.bidder.live import CAMPAIGNS, REPO
-from tests.processes import descendants, gone, wait_until
+from tests.bidder.live import CAMPAIGNS
+from tests.processes import descendants, gone, start_to_kill, wait_until
 
 
 def test_every_process_of_a_killed_supervisor_ends(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "bidder", "serve", "--workers", "2", "--no-reconciler"]
     argv += ["--port", str(free_port()), "--admin-port", str(free_port())]
     argv += ["--campaigns", str(CAMPAIGNS)]
-    supervisor = subprocess.Popen(
-        argv,
-        cwd=REPO,
-        # The killed supervisor cannot remove its temp dirs; put them where pytest cleans up.
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
+    supervisor = start_to_kill(argv, tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     try:
         assert supervisor.stderr is not None
         for line in supervisor.stderr:

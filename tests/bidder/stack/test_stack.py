@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -17,9 +16,7 @@ import redis
 from bidder.adapters.aws import aws_client
 from bidder.stack.child import StackError, held_port
 from bidder.stack.local import LocalStack
-from tests.processes import gone, wait_until
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.processes import gone, start_to_kill, wait_until
 
 
 def _port_free(port: int) -> bool:
@@ -80,15 +77,8 @@ with LocalStack() as stack:
 
 
 def test_children_die_when_parent_is_killed(tmp_path: Path) -> None:
-    parent = subprocess.Popen(
-        [sys.executable, "-c", _ORPHAN_SCRIPT],
-        cwd=REPO,
-        # The killed parent cannot remove its temp dir; put it where pytest cleans up.
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    script = [sys.executable, "-c", _ORPHAN_SCRIPT]
+    parent = start_to_kill(script, tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert parent.stdout is not None
         pids = json.loads(parent.stdout.readline())
