@@ -8,17 +8,12 @@ The cluster (three masters, no replica) is taken through ``cluster``, which empt
 it first: a test on it sees only the keys it wrote. Tests that kill, pause or fail
 over nodes start their own.
 
-Order: ``make test`` hands whole modules (``--dist loadfile``) to whichever test
-process is free, in this order (``pytest_configure`` turns off xdist's own reordering,
-which would start the modules with the most tests first):
-
-1. modules marked ``long(seconds)`` of at least ``BESIDE_SHORT_S``: the live day, whose
-   pacing ticks are one real second, so a neighbour's load on the cores shows as
-   missed ticks and hours without spend. It runs beside the short modules, not beside
-   the chaos scenarios, which start whole stacks of their own;
-2. the modules not marked ``long``, in collection order;
-3. the other ``long`` modules, longest first: both processes still end together,
-   since the last modules handed out are the shortest of them.
+Order: modules marked ``long(seconds)`` run first, longest first, then the rest in
+collection order. ``make test`` hands whole modules (``--dist loadfile``) to whichever
+test process is free, in this order (``pytest_configure`` turns off xdist's own
+reordering, which would start the modules with the most tests first): the long modules
+started early leave the short ones to fill in, and both processes end together instead
+of one waiting on a long module started last.
 """
 
 from __future__ import annotations
@@ -38,24 +33,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
-BESIDE_SHORT_S = 100.0
-"""A module at least this long starts first and runs beside the short modules."""
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     seconds: dict[str, float] = {}
     for item in items:
         mark = item.get_closest_marker("long")
         if mark is not None:
             seconds[item.nodeid.split("::")[0]] = float(mark.args[0])
-
-    def order(item: pytest.Item) -> tuple[int, float]:
-        long_s = seconds.get(item.nodeid.split("::")[0], 0.0)
-        if long_s >= BESIDE_SHORT_S:
-            return 0, -long_s
-        return (1, 0.0) if long_s == 0.0 else (2, -long_s)
-
-    items.sort(key=order)
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
 
 
 @pytest.fixture(scope="session")
