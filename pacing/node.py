@@ -73,6 +73,12 @@ class NodePacer:
         self._accounts = install(self._accounts, leases)
         self.available = True
 
+    @property
+    def holds_leases(self) -> bool:
+        """Whether any lease was ever installed (expired ones count): False until the
+        reconciler first leases to this node."""
+        return bool(self._accounts)
+
     def unavailable(self) -> None:
         """A refresh failed: keep spending from unexpired leases only (module docstring)."""
         self.available = False
