@@ -1,5 +1,19 @@
-"""``python -m bidder``: the ``bidsim`` command, for child processes started by path."""
+"""``bidsim`` and ``python -m bidder``: the entry point, light on purpose.
 
-from bidder.cli import main
+Bid workers are spawned processes, and a spawned process first imports its parent's
+main module when that is a script, as the ``bidsim`` console script is. The command
+line is therefore imported only when the command runs: imported here, every command's
+modules (the replay, the pacing tools, the model tools) would load in each worker.
+"""
 
-raise SystemExit(main())
+import sys
+
+
+def main() -> int:
+    from bidder.cli import main as run_command
+
+    return run_command()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
