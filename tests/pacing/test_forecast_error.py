@@ -7,6 +7,7 @@ than the target in some hours, so the achievable curve departs from the target.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -21,10 +22,15 @@ pytestmark = pytest.mark.long(18)
 DAYS = [(name, ratio) for ratio in (2.5, 1.25) for name in SCENARIOS]
 
 
+@functools.cache
+def _report(name: str, ratio: float) -> dict[str, Any]:
+    """One day's report, simulated once for every test that reads it."""
+    return scenario_report(Scenario(actual=SCENARIOS[name], supply_ratio=ratio))
+
+
 @pytest.fixture(scope="module", params=DAYS, ids=[f"{n}-{r}x" for n, r in DAYS])
 def day(request: pytest.FixtureRequest) -> dict[str, Any]:
-    name, ratio = request.param
-    return scenario_report(Scenario(actual=SCENARIOS[name], supply_ratio=ratio))
+    return _report(*request.param)
 
 
 def test_end_of_day_spend_is_98_to_100_percent_of_what_supply_allowed(
@@ -50,7 +56,7 @@ def test_pacing_tracks_the_achievable_curve_better_than_asap(day: dict[str, Any]
 
 
 def test_a_tight_light_day_cannot_reach_the_budget_and_the_score_says_so() -> None:
-    report = scenario_report(Scenario(actual=SCENARIOS["light-day"], supply_ratio=1.25))
+    report = _report("light-day", 1.25)
     assert report["paced"]["achievable_eod_ratio"] == pytest.approx(0.875, abs=0.001)
     assert report["meets"]
 

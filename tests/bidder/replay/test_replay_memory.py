@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -45,6 +46,22 @@ def _stream(tmp_path: Path, name: str, count: int) -> tuple[Path, int]:
     return path, sum(len(line) for line in _lines(count))
 
 
+@dataclass(frozen=True)
+class Streams:
+    small: Path
+    large: Path
+    large_size: int
+
+
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory: pytest.TempPathFactory) -> Streams:
+    """The small and the large stream, written once for the module's tests."""
+    workdir = tmp_path_factory.mktemp("replay-memory")
+    small, _ = _stream(workdir, "small", SMALL_LINES)
+    large, large_size = _stream(workdir, "large", LARGE_LINES)
+    return Streams(small, large, large_size)
+
+
 READ_THEN_REPORT = """
 import sys
 from pathlib import Path
@@ -71,15 +88,16 @@ def _reading_peak(stream: Path) -> tuple[int, list[str]]:
     return int(peak.split()[1]) * 1024, counts.split()
 
 
-def test_reading_a_large_stream_needs_no_more_memory_than_a_small_one(tmp_path: Path) -> None:
-    small, _ = _stream(tmp_path, "small", SMALL_LINES)
-    large, large_size = _stream(tmp_path, "large", LARGE_LINES)
-    (small_peak, _), (large_peak, counts) = _reading_peak(small), _reading_peak(large)
+def test_reading_a_large_stream_needs_no_more_memory_than_a_small_one(streams: Streams) -> None:
+    (small_peak, _), (large_peak, counts) = (
+        _reading_peak(streams.small),
+        _reading_peak(streams.large),
+    )
     assert counts == [str(LARGE_LINES)] * 2
     # Holding the records (or their bodies) would grow by more than the stream's size.
     growth = large_peak - small_peak
-    assert growth < large_size / 20, (
-        f"peak RSS {small_peak:,} B, then {large_peak:,} B for {large_size:,} B of stream"
+    assert growth < streams.large_size / 20, (
+        f"peak RSS {small_peak:,} B, then {large_peak:,} B for {streams.large_size:,} B of stream"
     )
 
 
@@ -96,10 +114,9 @@ def _report(stream: Path) -> dict:
     return report
 
 
-def test_a_large_stream_replays_in_no_more_memory_than_a_small_one(tmp_path: Path) -> None:
-    small, _ = _stream(tmp_path, "small", SMALL_LINES)
-    large, large_size = _stream(tmp_path, "large", LARGE_LINES)
-    small_peak, large_peak = _replay_peak(small), _replay_peak(large)
+def test_a_large_stream_replays_in_no_more_memory_than_a_small_one(streams: Streams) -> None:
+    large, large_size = streams.large, streams.large_size
+    small_peak, large_peak = _replay_peak(streams.small), _replay_peak(large)
     assert large_size > 80_000_000
     # Looser than the reading's bound: the requests in flight (how far the refused
     # connections trail the sends) move the peak by a few MB from run to run.
