@@ -75,8 +75,9 @@ class NodePacer:
 
     @property
     def holds_leases(self) -> bool:
-        """Whether any lease was ever installed (expired ones count): False until the
-        reconciler first leases to this node."""
+        """Whether the last refresh found leases for this node (expired ones count):
+        False until the reconciler first leases to it, and again once its leases are
+        gone from Valkey (a reconciler stalled past their lifetime, an emptied store)."""
         return bool(self._accounts)
 
     def unavailable(self) -> None:

@@ -46,7 +46,7 @@ from bidder.stack.child import ChildProcess
 from bidder.winloop.spend_stream import ensure_ledger_resources
 from models.scorer import ModelHandle
 from pacing.lease_store import leases_key
-from pacing.refresher import FIRST_REFRESH_S, refresh_interval_s
+from pacing.refresher import NO_LEASE_REFRESH_S, refresh_interval_s
 
 log = logging.getLogger(__name__)
 
@@ -227,9 +227,9 @@ def wait_for_leases(settings: Settings, nodes: list[str]) -> None:
             if all(client.exists(leases_key(node)) for node in nodes):
                 # Until it holds leases, a worker re-reads them at this interval.
                 refresh_s = refresh_interval_s(settings.lease_refresh_s, settings.pacing_tick_s)
-                time.sleep(1.5 * min(refresh_s, FIRST_REFRESH_S))
+                time.sleep(1.5 * min(refresh_s, NO_LEASE_REFRESH_S))
                 return
-            time.sleep(FIRST_REFRESH_S)
+            time.sleep(NO_LEASE_REFRESH_S)
         log.warning("workers have no pacing leases yet: bids answer no_lease until they do")
     except redis.RedisError as exc:
         log.warning("cannot see the pacing leases (%s); going on", exc)
