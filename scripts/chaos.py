@@ -8,7 +8,10 @@ run); 2 on bad arguments. See docs/reliability.md.
 
 from __future__ import annotations
 
-from bidder.chaos.cli import main
+# Spawned workers run this module again before their own code: the suite is imported
+# only when it runs, so they do not load it (docs/decisions.md, "The `bidsim` entry
+# point imports the command line only when it runs").
+if __name__ == "__main__":
+    from bidder.chaos.cli import main
 
-if __name__ == "__main__":  # workers are spawned: they import this module again
     raise SystemExit(main())
