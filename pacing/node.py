@@ -73,13 +73,6 @@ class NodePacer:
         self._accounts = install(self._accounts, leases)
         self.available = True
 
-    @property
-    def holds_leases(self) -> bool:
-        """Whether the last refresh found leases for this node (expired ones count):
-        False until the reconciler first leases to it, and again once its leases are
-        gone from Valkey (a reconciler stalled past their lifetime, an emptied store)."""
-        return bool(self._accounts)
-
     def unavailable(self) -> None:
         """A refresh failed: keep spending from unexpired leases only (module docstring)."""
         self.available = False

@@ -298,17 +298,23 @@ def run_reconciler(
     Between ticks the live set is read every ``watch_s``, and a node that joined (a
     worker starting, or replacing one that died) is leased to by a tick run at once:
     waiting for the next one would leave it answering ``no_lease`` for up to a tick.
-    The extra tick leaves the regular ones on their schedule.
+    The extra tick leaves the regular ones on their schedule. Only while the stores
+    answer: after a failed tick or read the watch waits for the next regular tick, so
+    a store that is failing over is not asked 20 times a second.
     """
     clock = clock or SystemClock()
     next_at = clock.monotonic()
     while not stop.is_set():
-        failed = not _tick_logged(reconciler)
-        next_at = next_tick_at(next_at, clock.monotonic(), tick_s, failed)
-        while not stop.wait(min(watch_s, max(next_at - clock.monotonic(), 0.0))):
+        watching = _tick_logged(reconciler)
+        next_at = next_tick_at(next_at, clock.monotonic(), tick_s, not watching)
+        pause = watch_s if watching else tick_s
+        while not stop.wait(min(pause, max(next_at - clock.monotonic(), 0.0))):
             if clock.monotonic() >= next_at:
                 break
-            if _joined(reconciler):
+            joined = _joined(reconciler)
+            if joined is None:
+                pause = tick_s
+            elif joined:
                 _tick_logged(reconciler)
 
 
@@ -321,12 +327,13 @@ def _tick_logged(reconciler: Reconciler) -> bool:
     return True
 
 
-def _joined(reconciler: Reconciler) -> bool:
-    """Whether a node joined; a failed read says no (the next tick reports the failure)."""
+def _joined(reconciler: Reconciler) -> bool | None:
+    """Whether a node joined; None when the live set could not be read (the next tick
+    reports the failure)."""
     try:
         return bool(reconciler.joined())
     except _TICK_ERRORS:
-        return False
+        return None
 
 
 RETRY_FRACTION = 0.25

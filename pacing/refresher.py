@@ -1,11 +1,10 @@
 """The I/O around a node's pacer: the lease refresher and the return at shutdown.
 
 ``run_refresher`` reloads the node's leases from Valkey every interval and heartbeats
-the node into the live set (every ``NO_LEASE_REFRESH_S`` while it holds none: the
-reconciler leases to a node as soon as it sees it join); a failed refresh leaves only
-unexpired leases spending (``pacing.node`` states the rule). ``return_leases`` gives
-the unspent remainders back when the worker stops. These load redis-py; the pacer
-itself (``NodePacer``) does not, so the package's face stays light for the hot path.
+the node into the live set; a failed refresh leaves only unexpired leases spending
+(``pacing.node`` states the rule). ``return_leases`` gives the unspent remainders back
+when the worker stops. These load redis-py; the pacer itself (``NodePacer``) does not,
+so the package's face stays light for the hot path.
 """
 
 from __future__ import annotations
@@ -22,13 +21,6 @@ from pacing.lease_store import LeaseReader
 from pacing.node import NodePacer
 
 log = logging.getLogger("bidsim.pacing")
-
-
-NO_LEASE_REFRESH_S = 0.05
-"""How often a node that holds no lease reads its leases: the reconciler watches the
-live set between ticks and leases at once to a node that joins it
-(``pacing.reconciler.run_reconciler``), so a starting node's first leases come a few
-tens of ms after its first heartbeat, not at the regular interval."""
 
 
 def refresh_interval_s(lease_refresh_s: float, tick_s: float) -> float:
@@ -78,17 +70,14 @@ async def run_refresher(
     timeout_s: float = 0.5,
     inbox: DebitInbox | None = None,
 ) -> None:
-    """Refresh every ``interval_s`` (``NO_LEASE_REFRESH_S`` while the node holds no
-    lease) until cancelled (``return_leases`` deregisters)."""
+    """Refresh every ``interval_s`` until cancelled (``return_leases`` deregisters)."""
     while True:
         try:
             async with asyncio.timeout(timeout_s):
                 await refresh_once(pacer, reader, clock, inbox)
         except TimeoutError:
             pacer.unavailable()
-        await asyncio.sleep(
-            interval_s if pacer.holds_leases else min(interval_s, NO_LEASE_REFRESH_S)
-        )
+        await asyncio.sleep(interval_s)
 
 
 async def return_leases(

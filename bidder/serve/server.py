@@ -46,7 +46,7 @@ from bidder.stack.child import ChildProcess
 from bidder.winloop.spend_stream import ensure_ledger_resources
 from models.scorer import ModelHandle
 from pacing.lease_store import leases_key
-from pacing.refresher import NO_LEASE_REFRESH_S, refresh_interval_s
+from pacing.refresher import refresh_interval_s
 
 log = logging.getLogger(__name__)
 
@@ -225,11 +225,12 @@ def wait_for_leases(settings: Settings, nodes: list[str]) -> None:
     try:
         while time.monotonic() < deadline:
             if all(client.exists(leases_key(node)) for node in nodes):
-                # Until it holds leases, a worker re-reads them at this interval.
-                refresh_s = refresh_interval_s(settings.lease_refresh_s, settings.pacing_tick_s)
-                time.sleep(1.5 * min(refresh_s, NO_LEASE_REFRESH_S))
+                # Each worker re-reads its leases at this interval.
+                time.sleep(
+                    1.5 * refresh_interval_s(settings.lease_refresh_s, settings.pacing_tick_s)
+                )
                 return
-            time.sleep(NO_LEASE_REFRESH_S)
+            time.sleep(0.05)
         log.warning("workers have no pacing leases yet: bids answer no_lease until they do")
     except redis.RedisError as exc:
         log.warning("cannot see the pacing leases (%s); going on", exc)

@@ -57,17 +57,6 @@ def test_an_expired_lease_stops_spending() -> None:
     assert pacer.admit("c1", 10) is NoBid.NO_LEASE
 
 
-def test_a_node_holds_leases_while_its_last_refresh_found_some() -> None:
-    pacer, clock = _pacer()
-    pacer.install({})
-    assert not pacer.holds_leases
-    pacer.install({"c1": Lease(1, 1_000, T0 + 10_000, 1_000_000)})
-    clock.advance(10.0)
-    assert pacer.holds_leases  # expired, but the reconciler's key is still there
-    pacer.install({})  # the key is gone: a stalled reconciler, an emptied Valkey
-    assert not pacer.holds_leases
-
-
 def test_billed_cost_uses_up_the_chunk() -> None:
     pacer, _ = _pacer()
     pacer.install({"c1": Lease(1, 1_000, T0 + 10_000, 1_000_000)})
