@@ -312,10 +312,8 @@ def run_reconciler(
             if clock.monotonic() >= next_at:
                 break
             joined = _joined(reconciler)
-            if joined is None:
-                pause = tick_s
-            elif joined:
-                _tick_logged(reconciler)
+            if joined is None or (joined and not _tick_logged(reconciler)):
+                pause = tick_s  # the stores failed: rest until the next regular tick
 
 
 def _tick_logged(reconciler: Reconciler) -> bool:
