@@ -156,18 +156,6 @@ class LeaseWriter:
         pipe.execute()
 
 
-class ClusterLeaseWriter(LeaseWriter):
-    """``LeaseWriter`` for a Valkey Cluster: one script call per node, no pipeline.
-
-    redis-py refuses scripts inside a cluster pipeline; the nodes' lease hashes are
-    on different slots anyway. A few round trips per tick, off the bid path.
-    """
-
-    def write_each(self, leases: Mapping[str, Mapping[str, Lease]], ttl_ms: int) -> None:
-        for node, held in leases.items():
-            WRITE_LEASES.run_sync(self._client, self._write_keys(node), write_args(held, ttl_ms))
-
-
 class LeaseReader:
     """A node's side: heartbeat and read its leases, in one pipelined round trip."""
 

@@ -1,7 +1,6 @@
 """The reconciler service: Kinesis spend stream -> DynamoDB totals -> Valkey leases.
 
-One tick (``Reconciler.tick``, every ``tick_s``, default 5 s, and at once when a node
-joins the live set: ``run_reconciler``):
+One tick (``Reconciler.tick``, every ``tick_s``, default 5 s):
 
 1. read every shard of the spend stream from its checkpoint, shards in parallel
    threads (``pacing.spend_reader``); undecodable records are logged, counted and
@@ -55,8 +54,8 @@ from bidder.core.campaigns import Campaign, CampaignError
 from bidder.core.clock import Clock, SystemClock, real_ttl_ms
 from bidder.core.ledger import LedgerEntry, LedgerFormatError, decode_entry
 from pacing.curves import BUILTIN, Curve, CurveError, day_of
-from pacing.lease import ReturnedLease, expiry_ms
-from pacing.lease_store import ClusterLeaseWriter, LeaseWriter
+from pacing.lease import Lease, ReturnedLease, expiry_ms
+from pacing.lease_store import WRITE_LEASES, LeaseWriter, write_args
 from pacing.reconcile import (
     AdvertiserMismatch,
     Budget,
@@ -143,8 +142,6 @@ class Reconciler:
         self._curves = {**BUILTIN, **(curves or {})}
         self._leased_to: dict[str, int] = {}
         """Node -> when its last lease expires: where returned records may appear."""
-        self._seen: frozenset[str] = frozenset()
-        """The live set as last read: a node outside it has joined since (``joined``)."""
 
     def tick(self) -> TickReport:
         """One tick; raises SpendStoreError, RedisError or a boto3 error on failure."""
@@ -172,7 +169,6 @@ class Reconciler:
             LAG_HELD_TICKS.inc()
             return TickReport(TickResult(), applied, [], bad, lag, mismatches)
         nodes = self._leases.live_nodes(now_ms)
-        self._seen = frozenset(nodes)
         returns = self._read_returns(now_ms, nodes)
         cfg = self.core.config
         speed = self._clock.speed  # the lag and the producer's delay are real time
@@ -188,12 +184,6 @@ class Reconciler:
         self._settle_returns(now_ms, result)
         self._report(result)
         return TickReport(result, applied, nodes, bad, lag, mismatches)
-
-    def joined(self) -> list[str]:
-        """The nodes that joined the live set since it was last read, each told once."""
-        live = frozenset(self._leases.live_nodes(self._clock.wall_ms()))
-        joined, self._seen = sorted(live - self._seen), live
-        return joined
 
     def _observe_lag(self, lag_ms: int) -> LagDecision:
         decision = self._lag.observe(lag_ms)
@@ -282,56 +272,24 @@ def _decode(raw: list[bytes]) -> tuple[list[LedgerEntry], int]:
 _TICK_ERRORS = (SpendStoreError, RedisError, ClientError, BotoCoreError, OSError)
 
 
-JOIN_WATCH_S = 0.05
-"""How often the live set is read between ticks for nodes that joined."""
-
-
 def run_reconciler(
     reconciler: Reconciler,
     tick_s: float,
     stop: threading.Event,
     clock: Clock | None = None,
-    watch_s: float = JOIN_WATCH_S,
 ) -> None:
-    """Tick every ``tick_s`` until ``stop`` is set; a failed tick is logged, not fatal.
-
-    Between ticks the live set is read every ``watch_s``, and a node that joined (a
-    worker starting, or replacing one that died) is leased to by a tick run at once:
-    waiting for the next one would leave it answering ``no_lease`` for up to a tick.
-    The extra tick leaves the regular ones on their schedule. Only while the stores
-    answer: after a failed tick or read the watch waits for the next regular tick, so
-    a store that is failing over is not asked 20 times a second.
-    """
+    """Tick every ``tick_s`` until ``stop`` is set; a failed tick is logged, not fatal."""
     clock = clock or SystemClock()
     next_at = clock.monotonic()
     while not stop.is_set():
-        watching = _tick_logged(reconciler)
-        next_at = next_tick_at(next_at, clock.monotonic(), tick_s, not watching)
-        pause = watch_s if watching else tick_s
-        while not stop.wait(min(pause, max(next_at - clock.monotonic(), 0.0))):
-            if clock.monotonic() >= next_at:
-                break
-            joined = _joined(reconciler)
-            if joined is None or (joined and not _tick_logged(reconciler)):
-                pause = tick_s  # the stores failed: rest until the next regular tick
-
-
-def _tick_logged(reconciler: Reconciler) -> bool:
-    try:
-        reconciler.tick()
-    except _TICK_ERRORS as exc:
-        log.error("pacing: reconciler tick failed, retrying soon: %s", exc)
-        return False
-    return True
-
-
-def _joined(reconciler: Reconciler) -> bool | None:
-    """Whether a node joined; None when the live set could not be read (the next tick
-    reports the failure)."""
-    try:
-        return bool(reconciler.joined())
-    except _TICK_ERRORS:
-        return None
+        try:
+            reconciler.tick()
+            failed = False
+        except _TICK_ERRORS as exc:
+            log.error("pacing: reconciler tick failed, retrying soon: %s", exc)
+            failed = True
+        next_at = next_tick_at(next_at, clock.monotonic(), tick_s, failed)
+        stop.wait(max(next_at - clock.monotonic(), 0.0))
 
 
 RETRY_FRACTION = 0.25
@@ -353,6 +311,18 @@ def next_tick_at(scheduled: float, now: float, tick_s: float, failed: bool) -> f
     if late > 0:
         following += (late // tick_s + 1) * tick_s
     return following
+
+
+class ClusterLeaseWriter(LeaseWriter):
+    """``LeaseWriter`` for a Valkey Cluster: one script call per node, no pipeline.
+
+    redis-py refuses scripts inside a cluster pipeline; the nodes' lease hashes are
+    on different slots anyway. A few round trips per tick, off the bid path.
+    """
+
+    def write_each(self, leases: Mapping[str, Mapping[str, Lease]], ttl_ms: int) -> None:
+        for node, held in leases.items():
+            WRITE_LEASES.run_sync(self._client, self._write_keys(node), write_args(held, ttl_ms))
 
 
 def build_reconciler(

@@ -230,7 +230,7 @@ def wait_for_leases(settings: Settings, nodes: list[str]) -> None:
                     1.5 * refresh_interval_s(settings.lease_refresh_s, settings.pacing_tick_s)
                 )
                 return
-            time.sleep(0.05)
+            time.sleep(0.1)
         log.warning("workers have no pacing leases yet: bids answer no_lease until they do")
     except redis.RedisError as exc:
         log.warning("cannot see the pacing leases (%s); going on", exc)

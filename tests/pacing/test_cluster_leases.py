@@ -13,7 +13,8 @@ from bidder.adapters.valkey import connect_async, connect_sync, warm_up
 from bidder.stack.cluster import LocalValkeyCluster
 from pacing.debits import DebitInbox, DebitOutbox, debits_keys
 from pacing.lease import Lease, LeaseAccount
-from pacing.lease_store import ClusterLeaseWriter, LeaseReader, leases_key
+from pacing.lease_store import LeaseReader, leases_key
+from pacing.reconciler import ClusterLeaseWriter
 
 LUA = Path(__file__).parents[2] / "pacing" / "lua"
 NODES = [f"host:{pid}" for pid in range(100, 106)]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -33,10 +32,9 @@ from pacing.lease_store import (
 )
 from pacing.node import NodePacer
 from pacing.reconcile import AdvertiserMismatch, PacingConfig
-from pacing.reconciler import Reconciler, TickReport, run_reconciler
+from pacing.reconciler import Reconciler
 from pacing.spend_reader import KinesisReader
 from pacing.spend_table import SpendTable
-from tests.processes import wait_until
 from tests.published import sample
 
 T0 = 1_767_268_800_000  # 2026-01-01 12:00 UTC
@@ -340,44 +338,3 @@ def test_an_advertiser_total_off_its_campaigns_sum_is_logged_and_counted_every_t
     assert after - before == 2
     named = [r.getMessage() for r in caplog.records if "advertiser adv2" in r.getMessage()]
     assert len(named) == 2 and "campaigns sum to" in named[0]
-
-
-def test_each_node_that_joins_the_live_set_is_reported_once(
-    world: dict[str, Any], valkey: redis.Redis
-) -> None:
-    reconciler = world["make"]()
-    assert reconciler.joined() == ["n1", "n2"]  # nothing read the live set before
-    reconciler.tick()
-    assert reconciler.joined() == []
-    valkey.zadd(live_nodes_key(world["prefix"]), {"n3": T0 + 3_600_000})
-    assert reconciler.joined() == ["n3"]
-    assert reconciler.joined() == []
-
-
-def test_a_node_that_joins_between_ticks_is_leased_to_at_once(
-    world: dict[str, Any], valkey: redis.Redis
-) -> None:
-    reconciler = world["make"]()
-    ticks: list[list[str]] = []
-    tick = reconciler.tick
-
-    def counted() -> TickReport:
-        report = tick()
-        ticks.append(report.nodes)
-        return report
-
-    reconciler.tick = counted  # type: ignore[method-assign]
-    stop = threading.Event()
-    # The next regular tick is an hour away: only a tick for the joining node leases n3.
-    running = threading.Thread(target=run_reconciler, args=(reconciler, 3600.0, stop))
-    running.start()
-    try:
-        assert wait_until(lambda: len(ticks) == 1, 10.0)
-        valkey.zadd(live_nodes_key(world["prefix"]), {"n3": T0 + 3_600_000})
-        assert wait_until(lambda: valkey.exists(leases_key("n3", world["prefix"])), 10.0)
-    finally:
-        stop.set()
-        running.join(10)
-    assert ticks == [["n1", "n2"], ["n1", "n2", "n3"]]
-    leases = decode_leases(valkey.hgetall(leases_key("n3", world["prefix"])))
-    assert set(leases) == {"c1", "c2", "c3"}
