@@ -89,15 +89,13 @@ def _reading_peak(stream: Path) -> tuple[int, list[str]]:
 
 
 def test_reading_a_large_stream_needs_no_more_memory_than_a_small_one(streams: Streams) -> None:
-    (small_peak, _), (large_peak, counts) = (
-        _reading_peak(streams.small),
-        _reading_peak(streams.large),
-    )
+    large, large_size = streams.large, streams.large_size
+    (small_peak, _), (large_peak, counts) = _reading_peak(streams.small), _reading_peak(large)
     assert counts == [str(LARGE_LINES)] * 2
     # Holding the records (or their bodies) would grow by more than the stream's size.
     growth = large_peak - small_peak
-    assert growth < streams.large_size / 20, (
-        f"peak RSS {small_peak:,} B, then {large_peak:,} B for {streams.large_size:,} B of stream"
+    assert growth < large_size / 20, (
+        f"peak RSS {small_peak:,} B, then {large_peak:,} B for {large_size:,} B of stream"
     )
 
 
