@@ -13,10 +13,13 @@ the same run by the same clients, rounds alternating between the servers:
 
 Figures, each a median over ``--rounds`` (the last line printed is one JSON object):
 
-1. saturation: wrk (a C load generator), 16 connections, the banner request; only
-   HTTP 200 answers count (the bidder answers 200 only with a bid). ``throughput_ratio``
-   = bids/s / echo answers/s; ``cost_ratio`` = CPU µs per bid of the bidder's whole
-   process tree (utime + stime from /proc) / CPU µs per echo answer.
+1. saturation: wrk (a C load generator), the banner request; only HTTP 200 answers
+   count (the bidder answers 200 only with a bid). Each server is driven with the
+   number of connections, of ``--connections``, at which it answered most in a short
+   probe of each: a closed loop with more requests queued than a worker can decide
+   within the deadline measures its shedding, not its path (docs/benchmarks.md).
+   ``throughput_ratio`` = bids/s / echo answers/s; ``cost_ratio`` = CPU µs per bid of
+   the bidder's whole process tree (utime + stime from /proc) / CPU µs per echo answer.
 2. latency at half the bidder's saturation rate, the same rate for every server:
    open loop (``bidder.replay``), p99 from each request's intended send time;
    ``p99_ratio`` = bidder / echo.
@@ -63,6 +66,8 @@ SAMPLE = ROOT / "fixtures/openrtb/sample-stream.jsonl.gz"
 BID_PATH = "/openrtb2/bid"
 HEADERS = {"Content-Type": "application/json", "X-Openrtb-Version": "2.6", "X-Ssp": "ssp-alpha"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PROBE_S = 3.0
+"""Seconds of each connection count's probe (after its 1 s warm-up)."""
 
 # Counts answers by status in each wrk thread and sums them at the end.
 WRK_SCRIPT = """
@@ -114,6 +119,13 @@ def tree_cpu_s(root: int) -> float:
             total += int(stats[pid][11]) + int(stats[pid][12])  # utime, stime
         todo += children.get(pid, [])
     return total / CLOCK_TICKS
+
+
+def busiest(server: Server, script: Path, probe_s: float, choices: list[int]) -> int:
+    """Of ``choices``, the number of wrk connections at which ``server`` answers the
+    most 200s per second, each tried once for ``probe_s``."""
+    rates = {c: saturate(server, script, probe_s, c)["rps"] for c in choices}
+    return max(choices, key=lambda c: rates[c])
 
 
 def saturate(server: Server, script: Path, duration_s: float, connections: int) -> dict[str, float]:
@@ -245,11 +257,15 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             servers = [await stack.enter_async_context(echo_server())]
             for name, (tree, workers) in bidders.items():
                 servers.append(await stack.enter_async_context(bidder_server(name, tree, workers)))
+            connections = {
+                s.name: await asyncio.to_thread(busiest, s, script, PROBE_S, args.connections)
+                for s in servers
+            }
             sat: dict[str, list[dict[str, float]]] = {s.name: [] for s in servers}
             for _ in range(args.rounds):
                 for server in servers:
                     figures = await asyncio.to_thread(
-                        saturate, server, script, args.duration, args.connections
+                        saturate, server, script, args.duration, connections[server.name]
                     )
                     sat[server.name].append(figures)
             half = statistics.median([r["rps"] for r in sat["bidder"]]) / 2
@@ -259,11 +275,12 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 for server in servers:
                     p99[server.name].append(await open_loop(server, half, args.duration))
                     tail[server.name].append(await demo_tail(server, demo))
-    return summarize(args, sat, p99, tail, half)
+    return summarize(args, connections, sat, p99, tail, half)
 
 
 def summarize(
     args: argparse.Namespace,
+    connections: dict[str, int],
     sat: dict[str, list[dict[str, float]]],
     p99: dict[str, list[float]],
     tail: dict[str, list[dict[str, float]]],
@@ -272,6 +289,7 @@ def summarize(
     servers: dict[str, dict[str, Any]] = {}
     for name in sat:
         servers[name] = {
+            "connections": connections[name],
             "rps": round(statistics.median([r["rps"] for r in sat[name]])),
             "cpu_us_per_answer": round(statistics.median([r["cpu_us"] for r in sat[name]]), 1),
             "non_200_share": round(statistics.median([r["other_share"] for r in sat[name]]), 4),
@@ -307,16 +325,32 @@ def summarize(
         "servers": servers,
         "rounds": args.rounds,
         "duration_s": args.duration,
-        "connections": args.connections,
+        "connections_tried": args.connections,
         "cpus": os.cpu_count(),
     }
+
+
+def connection_counts(text: str) -> list[int]:
+    try:
+        counts = sorted({int(part) for part in text.split(",")})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not counts or counts[0] < 1 or counts[-1] > 1024:
+        raise argparse.ArgumentTypeError(f"connections must be 1-1024, got {text!r}")
+    return counts
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--connections", type=int, default=16, help="wrk's connections")
+    parser.add_argument(
+        "--connections",
+        type=connection_counts,
+        default=[4, 8, 16],
+        help="wrk's connections to try (comma-separated); each server is driven at the"
+        " count it answers most at",
+    )
     parser.add_argument("--workers", type=int, default=1, help="also measure N workers")
     parser.add_argument(
         "--before", type=Path, help="also measure the bidder of this checkout (with a .venv)"
