@@ -17,7 +17,9 @@ the simulator's market is centred on that report's eCPM, and its nodes bid only 
 their lease account covers one impression at the campaign's maximum bid, as live nodes
 do, a win's notice debiting any node's account. The offline figures are the mean of
 ``seeds`` simulated days, with their range (``offline_range``): at a few impressions an
-hour, one day's figures are noise. ``limits`` names what bounds both sides.
+hour, one day's figures are noise. ``limits`` names what bounds both sides;
+``supply_met_above_calibration`` the hours in which live met more supply than that
+report counts.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ def pacing_section(
         calibrated = calibration.get(cid) if calibration else None
         entry |= _offline(calibrated, budget, offline)
         entry["limits"] = limits(figures, budget, calibrated)
+        entry["supply_met_above_calibration"] = met_above_calibration(spend, calibrated)
         section[cid] = entry
     return section
 
@@ -180,6 +183,23 @@ def sized(
     return out
 
 
+def met_above_calibration(
+    spend: Sequence[float], calibrated: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """The hours in which the live day, paced, spent more than the ``--supply-from``
+    replay did at rate 1 (``hours``), and the largest such ratio (``most``): there
+    the simulator's supply, that replay's spend, is short of what live met. In that
+    replay every campaign bids at rate 1, so its other campaigns take requests that
+    this one meets when they are paced; a replay that shed more for load adds to it.
+    None without a calibration."""
+    supply = calibrated.get("spend_by_hour") if calibrated else None
+    if not supply:
+        return None
+    hours = [h for h, (live, cal) in enumerate(zip(spend, supply, strict=True)) if live > cal]
+    most = max((spend[h] / max(supply[h], 1) for h in hours), default=None)
+    return {"hours": hours, "most": None if most is None else round(most, 3)}
+
+
 def _rounded(figures: Mapping[str, float]) -> dict[str, float]:
     return {key: round(value, 4) for key, value in figures.items()}
 
@@ -204,6 +224,13 @@ def render_pacing(section: Mapping[str, Mapping[str, Any]]) -> str:
         if entry.get("offline_range"):
             low, high = entry["offline_range"]["eod_spend_ratio"]
             lines.append(f"    offline EOD spend over its simulated days: {low:.1%}-{high:.1%}")
+        above = entry.get("supply_met_above_calibration")
+        if above and above["hours"]:
+            lines.append(
+                f"    live spent more than the --supply-from replay at rate 1 in"
+                f" {len(above['hours'])} hours (up to {above['most']:.2f}x): the simulator's"
+                " supply is short there (the other campaigns bid at rate 1 in that replay)"
+            )
     lines.append("  supply: spend at rate 1 (--supply-from) over the budget; binds from 1.1x")
     return "\n".join(lines)
 
@@ -247,6 +274,7 @@ def limits_text(found: Mapping[str, float | None]) -> str:
 
 
 __all__ = [
-    "BINDS_AT", "KEYS", "SHED", "OfflineSettings", "limits", "limits_text", "pacing_section",
-    "render_pacing", "render_shed", "shed_share", "sized",
+    "BINDS_AT", "KEYS", "SHED", "OfflineSettings", "limits", "limits_text",
+    "met_above_calibration", "pacing_section", "render_pacing", "render_shed", "shed_share",
+    "sized",
 ]  # fmt: skip

@@ -124,3 +124,25 @@ def test_the_report_says_when_live_shed_more_than_its_calibration() -> None:
     assert "live lost supply" in render_shed({"live": 0.25, "calibration": 0.10})
     assert "short of what live met" in render_shed({"live": 0.05, "calibration": 0.20})
     assert render_shed({"live": 0.10, "calibration": 0.105}).endswith("calibration 10.5%")
+
+
+def test_the_report_names_the_hours_live_met_more_supply_than_its_calibration() -> None:
+    # At rate 1 the calibration met 1.5x the curve but for hours 9-11, where its other
+    # campaigns took the requests; live, paced, spent on the curve there.
+    midday_short = [round(t * (0.5 if 9 <= h <= 11 else 1.5)) for h, t in enumerate(_target())]
+    calibration = {"c": {"spend_by_hour": midday_short, "ecpm_usd": 2.0}}
+    entry = pacing_section(
+        {"c": _campaign(_target())}, {"c": Budget(BUDGET, STANDARD)}, calibration, OFFLINE
+    )["c"]
+    assert entry["supply_met_above_calibration"] == {"hours": [9, 10, 11], "most": 2.0}
+    assert "at rate 1 in 3 hours (up to 2.00x)" in render_pacing({"c": entry})
+
+
+def test_no_hours_are_named_where_the_calibration_met_at_least_what_live_spent() -> None:
+    calibration = {"c": {"spend_by_hour": [round(2 * t) for t in _target()], "ecpm_usd": 2.0}}
+    budgets = {"c": Budget(BUDGET, STANDARD)}
+    entry = pacing_section({"c": _campaign(_target())}, budgets, calibration, OFFLINE)["c"]
+    assert entry["supply_met_above_calibration"] == {"hours": [], "most": None}
+    assert "--supply-from replay at rate 1" not in render_pacing({"c": entry})
+    without = pacing_section({"c": _campaign(_target())}, budgets, None, OFFLINE)["c"]
+    assert without["supply_met_above_calibration"] is None
