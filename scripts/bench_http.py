@@ -68,6 +68,10 @@ HEADERS = {"Content-Type": "application/json", "X-Openrtb-Version": "2.6", "X-Ss
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PROBE_S = 3.0
 """Seconds of each connection count's probe (after its 1 s warm-up)."""
+SETTLE_S = 5.0
+"""Seconds at the chosen count before the rounds, not measured: a probe past a
+worker's saturation leaves its shedding at full pressure, which it unlearns only from
+the answers it then gives in time (``bidder.decide.overload.LagShedder``)."""
 
 # Counts answers by status in each wrk thread and sums them at the end.
 WRK_SCRIPT = """
@@ -261,6 +265,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 s.name: await asyncio.to_thread(busiest, s, script, PROBE_S, args.connections)
                 for s in servers
             }
+            for server in servers:
+                await asyncio.to_thread(
+                    saturate, server, script, SETTLE_S, connections[server.name]
+                )
             sat: dict[str, list[dict[str, float]]] = {s.name: [] for s in servers}
             for _ in range(args.rounds):
                 for server in servers:
