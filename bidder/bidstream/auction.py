@@ -106,10 +106,11 @@ class Win:
 
 @dataclass(frozen=True, slots=True)
 class Offer:
-    """One bid as the exchange saw it: its campaign id (empty when none) and CPM."""
+    """One bid as the exchange saw it: its campaign id (empty when none), CPM and imp id."""
 
     cid: str
     price: float
+    impid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +121,8 @@ class Settlement:
     """Which market decided: ``SYNTHETIC`` (the model) or ``RECORDED`` (the log's price)."""
     offers: tuple[Offer, ...] = ()
     """Every bid of the response, in its order (``bids`` of them)."""
+    terms: Terms | None = None
+    """The request's auction type and floors; None when it had no bid or was unreadable."""
 
 
 def parse_terms(request_body: bytes) -> Terms | None:
@@ -191,8 +194,29 @@ def settle(
         if win is not None:
             wins.append(win if recorded_price is None else replace(win, clicked=recorded_click))
     model = SYNTHETIC if recorded_price is None else RECORDED
-    offers = tuple(Offer(_cid(bid), _number(bid.get("price"))) for bid in bids)
-    return Settlement(bids=len(bids), wins=wins, model=model, offers=offers)
+    offers = tuple(
+        Offer(_cid(bid), _number(bid.get("price")), str(bid.get("impid"))) for bid in bids
+    )
+    return Settlement(bids=len(bids), wins=wins, model=model, offers=offers, terms=terms)
+
+
+def would_pay(
+    market: Market,
+    seq: int,
+    settlement: Settlement,
+    impid: str,
+    price: float,
+    recorded_price: float | None = None,
+) -> float | None:
+    """What a bid of ``price`` (CPM) for ``impid`` would have paid in the auction that
+    ``settlement`` settled, in place of the bid the answer sent for that imp (the same
+    competing bid decides); None: it would have lost, or the answer bid nothing there."""
+    index = next((i for i, offer in enumerate(settlement.offers) if offer.impid == impid), None)
+    if index is None:
+        return None
+    key = f"{seq}:{impid}:{index}"
+    win = _decide(market, settlement.terms, key, {"impid": impid, "price": price}, recorded_price)
+    return None if win is None else win.price
 
 
 def _decide(

@@ -3,7 +3,7 @@
 A request carrying ``X-Campaign-Trace: 1`` is answered (200 or 204) with
 ``X-Campaign-Trace`` naming, per campaign, what a replay cannot see in the answer:
 
-    eligible=c1,c2;capped=c2;shading=c1:0.8125
+    eligible=c1,c2;capped=c2;shading=c1:0.8125;priced=c1:1:2500000,c2:1:1800000
 
 - ``eligible``: the campaigns the eligibility stage (3b) kept for the request (their
   targeting, blocklists and formats matched); empty when the request ended before it;
@@ -12,7 +12,12 @@ A request carrying ``X-Campaign-Trace: 1`` is answered (200 or 204) with
 - ``shading``: one ``campaign:ratio`` per bid sent, in the answer's order; the ratio is
   the bid price over the price the campaign would bid unshaded (``models.price``: the
   ceiling ``min(value, max bid)`` for a scored campaign, the base price otherwise), so
-  1 means unshaded (second-price auctions, base-priced campaigns).
+  1 means unshaded (second-price auctions, base-priced campaigns);
+- ``priced``: one ``campaign:imp:price`` per campaign and imp that stage 8 priced, the
+  campaign's best price for that imp (CPM micros, shaded: what it would bid). Only one
+  per imp is sent; the others say who would have bought the impression had the ones
+  priced above them not bid (``bidder.replay.supply_book``). The imp id is
+  percent-encoded (``urllib.parse.quote``), so it holds no separator either.
 
 Campaign ids may hold neither ``,`` ``;`` nor ``:`` (``bidder.core.campaign_docs``
 checks ids against a plain pattern), so the form needs no escaping. Requests that
@@ -24,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+from urllib.parse import quote, unquote
 
 from bidder.decide.eligibility import Candidate
 
@@ -53,6 +59,8 @@ class CampaignTrace:
     """What each priced candidate would bid unshaded (CPM micros)."""
     shading: list[tuple[str, float]] = field(default_factory=list)
     """(campaign id, bid price / unshaded price) of each bid sent."""
+    priced: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(campaign id, imp id): the campaign's best priced bid for the imp (CPM micros)."""
 
     def keep_eligible(self, candidates: Iterable[Candidate]) -> None:
         self.eligible = tuple(dict.fromkeys(c.campaign.id for c in candidates))
@@ -60,6 +68,12 @@ class CampaignTrace:
     def keep_unshaded(self, priced: Iterable[tuple[Candidate, int]]) -> None:
         for candidate, unshaded in priced:
             self.unshaded[_key(candidate)] = unshaded
+
+    def keep_priced(self, priced: Iterable[tuple[Candidate, int]]) -> None:
+        for candidate, price in priced:
+            key = (candidate.campaign.id, candidate.imp.id)
+            if price > self.priced.get(key, 0):
+                self.priced[key] = price
 
     def sent(self, bids: Sequence[SentBid]) -> None:
         """The bids that went out (a ``Context`` finisher)."""
@@ -72,7 +86,10 @@ class CampaignTrace:
     def header(self) -> str:
         shading = ",".join(f"{cid}:{ratio:.4f}" for cid, ratio in self.shading)
         eligible, capped = ",".join(self.eligible), ",".join(self.capped)
-        return f"eligible={eligible};capped={capped};shading={shading}"
+        priced = ",".join(
+            f"{cid}:{quote(imp, safe='')}:{price}" for (cid, imp), price in self.priced.items()
+        )
+        return f"eligible={eligible};capped={capped};shading={shading};priced={priced}"
 
 
 def _key(candidate: Candidate) -> UnshadedKey:
@@ -93,6 +110,8 @@ class TraceFigures:
     eligible: tuple[str, ...] = ()
     capped: tuple[str, ...] = ()
     shading: tuple[tuple[str, float], ...] = ()
+    priced: tuple[tuple[str, str, int], ...] = ()
+    """(campaign id, imp id, CPM micros) of each priced campaign and imp."""
 
 
 def parse_header(value: str) -> TraceFigures:
@@ -109,4 +128,17 @@ def parse_header(value: str) -> TraceFigures:
         eligible=tuple(filter(None, parts.get("eligible", "").split(","))),
         capped=tuple(filter(None, parts.get("capped", "").split(","))),
         shading=tuple((cid, ratio) for cid, ratio in shading if cid),
+        priced=_priced(parts.get("priced", "")),
     )
+
+
+def _priced(value: str) -> tuple[tuple[str, str, int], ...]:
+    found = []
+    for item in filter(None, value.split(",")):
+        parts = item.split(":")
+        if len(parts) != 3:
+            continue
+        cid, imp, price = parts
+        if cid and imp and price.isascii() and price.isdigit():
+            found.append((cid, unquote(imp), int(price)))
+    return tuple(found)

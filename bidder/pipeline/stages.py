@@ -237,5 +237,6 @@ class ScoreStage:
             return NoBid.SCORE_ERROR
         if ctx.trace is not None and unshaded is not None:
             ctx.trace.keep_unshaded(unshaded)
+            ctx.trace.keep_priced(priced)
         ctx.priced.extend(PricedCandidate(candidate, price) for candidate, price in priced)
         return None if ctx.priced else NoBid.FLOOR

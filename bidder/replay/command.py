@@ -29,8 +29,8 @@ import uvloop
 from bidder.bidstream.stream import StreamFile
 from bidder.core.campaigns import Campaign
 from bidder.replay.campaign_outcomes import Budget, budgets_of
+from bidder.replay.offline_days import OfflineSettings
 from bidder.replay.pacing_figures import (
-    OfflineSettings,
     pacing_section,
     render_pacing,
     render_shed,
@@ -163,8 +163,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
             chunk_periods=live.lease_chunk_periods(),
             breaker_window_s=live.breaker_window_s,
         )
+        book = calibrated.get("supply_book") if calibrated else None
         report["pacing_day"] = pacing_section(
-            report["campaigns"], options.budgets, calibration, offline
+            report["campaigns"], options.budgets, calibration, offline, book
         )
         report["pacing_day_shed"] = {
             "live": shed_share(report), "calibration": shed_share(calibrated or {})

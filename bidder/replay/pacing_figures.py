@@ -5,21 +5,20 @@ on the stream's clock of a one-day stream), the live figures come from the repla
 spend per simulated hour against the target curve (``pacing.report.day_figures``:
 ``eod_spend_ratio``, ``max_cum_error_ratio``, ``hours_in_band_ratio``).
 
-The offline figures run ``pacing.simulate`` on the same day: the campaign's budget and
-curve, the bidder's nodes, the reconciler's simulated tick, chunk and breaker window,
-and the supply the campaign met. Supply is what the campaign would spend at pacing
-rate 1, hour by hour: the replay cannot see it while pacing throttles, so it comes from
-a replay of the same stream and the same campaigns with budgets too large to bind
-(``--supply-from REPORT``; with other campaigns bidding too, a campaign wins less).
-Its spend per hour is the supply curve, its total over the budget the supply ratio; a
-campaign whose ratio is at least ``BINDS_AT`` has a budget that binds. The win price of
-the simulator's market is centred on that report's eCPM, and its nodes bid only while
-their lease account covers one impression at the campaign's maximum bid, as live nodes
-do, a win's notice debiting any node's account. The offline figures are the mean of
-``seeds`` simulated days, with their range (``offline_range``): at a few impressions an
-hour, one day's figures are noise. ``limits`` names what bounds both sides;
-``supply_met_above_calibration`` the hours in which live met more supply than that
-report counts.
+The offline figures run ``pacing.simulate`` on the same day
+(``bidder.replay.offline_days``): the campaign's budget and curve, the live stack's
+pacing settings and the supply the campaign met. Supply is what the campaign would
+spend at pacing rate 1, hour by hour: the replay cannot see it while pacing throttles,
+so it comes from a replay of the same stream and the same campaigns with budgets too
+large to bind (``--supply-from REPORT``). With that report's book of who priced each
+imp (``bidder.replay.supply_book``) it is what the campaign meets while the others
+are paced; without it, that replay's spend, where the others bid at rate 1 and take
+more. Its total over the budget is the supply ratio; a campaign whose ratio is at
+least ``BINDS_AT`` has a budget that binds. The offline figures are the mean of
+``seeds`` simulated days, with their range (``offline_range``): at a few impressions
+an hour, one day's figures are noise. ``limits`` names what bounds both sides;
+``live_above_offline_supply`` the hours in which live met more supply than the
+simulator had.
 """
 
 from __future__ import annotations
@@ -27,17 +26,15 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any
 
 from bidder.core.campaigns import Campaign
 from bidder.core.ledger import cost_of
 from bidder.replay.campaign_outcomes import Budget
+from bidder.replay.offline_days import OfflineDay, OfflineSettings, book_supplies, scenario
+from bidder.replay.supply_book import BookJson
 from pacing.actual import achievable
-from pacing.curves import Curve
-from pacing.reconcile import PacingConfig
 from pacing.report import day_figures, tracking
-from pacing.simulate import Market, Scenario, run
 
 BINDS_AT = 1.1
 """Supply at rate 1 over the budget from which a budget binds (noise aside)."""
@@ -48,93 +45,88 @@ WHOLE_DAY = 0.999
 """A target of at least this share of the budget covers the day."""
 
 
-@dataclass(frozen=True, slots=True)
-class OfflineSettings:
-    """The live stack's pacing settings, in simulated time."""
-
-    nodes: int
-    tick_s: float
-    chunk_periods: int
-    breaker_window_s: float
-    seeds: int = 10
-    """Simulated days (seeds 1..N): with a few impressions an hour one seed's figures
-    are noise (northwind, one-minute day: EOD 0.86-0.97 over 20 seeds), so the offline
-    figures are their mean, with the range beside them."""
-
-
 def pacing_section(
     campaigns: Mapping[str, Mapping[str, Any]],
     budgets: Mapping[str, Budget],
     calibration: Mapping[str, Mapping[str, Any]] | None,
     offline: OfflineSettings,
+    book: BookJson | None = None,
 ) -> dict[str, Any]:
-    """``{campaign id: {live, offline, supply_ratio, binds, hourly_spend, hourly_target}}``."""
-    section = {}
+    """``{campaign id: {live, offline, supply_ratio, binds, hourly_spend, hourly_target}}``.
+
+    ``book``: the ``--supply-from`` report's ``supply_book``; with it each campaign's
+    supply is what it would meet while the others are paced (``book_supplies``)."""
+    paced = {}
     for cid, figures in campaigns.items():
         budget, target = budgets.get(cid), figures.get("target_by_hour")
         if budget is None or budget.curve is None or target is None:
             continue
-        if sum(target) < WHOLE_DAY * budget.daily_budget_micros:
-            continue
-        spend = figures["spend_by_hour"]
+        if sum(target) >= WHOLE_DAY * budget.daily_budget_micros:
+            paced[cid] = budget
+    calibration = calibration or {}
+    scenarios = {
+        cid: scenario(calibration.get(cid), budget, offline) for cid, budget in paced.items()
+    }
+    supplies = {cid: sc.supply_micros for cid, sc in scenarios.items() if sc is not None}
+    if book and any(book):
+        supplies = book_supplies(book, scenarios, offline)
+    section = {}
+    for cid, budget in paced.items():
+        figures, supply = campaigns[cid], supplies.get(cid)
+        spend, target = figures["spend_by_hour"], figures["target_by_hour"]
         entry: dict[str, Any] = {
             "live": _rounded(day_figures(spend, target, budget.daily_budget_micros)),
             "hourly_spend_micros": spend,
             "hourly_target_micros": target,
         }
-        calibrated = calibration.get(cid) if calibration else None
-        entry |= _offline(calibrated, budget, offline)
-        entry["limits"] = limits(figures, budget, calibrated)
-        entry["supply_met_above_calibration"] = met_above_calibration(spend, calibrated)
+        entry |= _offline(scenarios[cid], supply, budget, offline)
+        entry["offline_supply"] = _supply_source(supply, book)
+        entry["limits"] = limits(figures, budget, supply)
+        entry["live_above_offline_supply"] = live_above_supply(spend, supply)
         section[cid] = entry
     return section
 
 
+def _supply_source(supply: Sequence[float] | None, book: BookJson | None) -> str | None:
+    if supply is None:
+        return None
+    return "book" if book and any(book) else "spend"
+
+
 def _offline(
-    calibrated: Mapping[str, Any] | None, budget: Budget, settings: OfflineSettings
+    offline: OfflineDay | None,
+    supply: Sequence[float] | None,
+    budget: Budget,
+    settings: OfflineSettings,
 ) -> dict[str, Any]:
-    supply = list(calibrated["spend_by_hour"]) if calibrated else []
-    if not supply or sum(supply) <= 0 or budget.curve is None:
+    days = offline.days(supply, settings.seeds) if offline and supply else []
+    if not days or supply is None:
         return {
             "supply_ratio": None, "binds": None, "offline": None, "offline_range": None,
-            "offline_hourly": None,
+            "offline_hourly": None, "offline_supply_micros": None,
         }  # fmt: skip
     ratio = sum(supply) / budget.daily_budget_micros
-    median = max(round(calibrated["ecpm_usd"] * 1_000_000), 1) if calibrated else 1
-    scenario = Scenario(
-        budget_micros=budget.daily_budget_micros,
-        nodes=settings.nodes,
-        curve=budget.curve,
-        supply=Curve.from_weights(supply, "calibration spend by hour"),
-        supply_ratio=ratio,
-        market=Market(median_cpm_micros=median, bid_cpm_micros=round(median * 1.25)),
-        config=PacingConfig(
-            tick_s=settings.tick_s,
-            chunk_periods_per_day=settings.chunk_periods,
-            breaker_window_s=settings.breaker_window_s,
-        ),
-        max_cost_micros=budget.max_cost_micros,
-    )
-    days = [tracking(run(replace(scenario, seed=seed))) for seed in range(1, settings.seeds + 1)]
+    figures = [tracking(day) for day in days]
     return {
         "supply_ratio": round(ratio, 4),
         "binds": ratio >= BINDS_AT,
-        "offline": _rounded({key: statistics.fmean(d[key] for d in days) for key in KEYS}),
+        "offline": _rounded({key: statistics.fmean(d[key] for d in figures) for key in KEYS}),
         "offline_range": {
-            key: [round(min(d[key] for d in days), 4), round(max(d[key] for d in days), 4)]
+            key: [round(min(d[key] for d in figures), 4), round(max(d[key] for d in figures), 4)]
             for key in KEYS
         },
-        "offline_hourly": days[0]["hourly_spend_micros"],
+        "offline_hourly": figures[0]["hourly_spend_micros"],
+        "offline_supply_micros": [round(s) for s in supply],
     }
 
 
 def limits(
-    figures: Mapping[str, Any], budget: Budget, calibrated: Mapping[str, Any] | None
+    figures: Mapping[str, Any], budget: Budget, supply: Sequence[float] | None
 ) -> dict[str, float | None]:
     """What bounds the day's figures on both sides, live and offline, as shares of the budget.
 
-    - ``achievable_eod_ratio``: what the supply (the calibration's spend at rate 1, hour
-      by hour) lets a paced day spend, each hour's shortfall carried forward
+    - ``achievable_eod_ratio``: what the simulator's supply (spend at rate 1, hour by
+      hour) lets a paced day spend, each hour's shortfall carried forward
       (``pacing.actual.achievable``); None without a calibration.
     - ``max_bid_tail_ratio``: what leases can leave unspent at the end of the budget: a
       node bids only while its lease covers one impression at the maximum bid, and the
@@ -145,9 +137,9 @@ def limits(
     """
     daily = budget.daily_budget_micros
     achievable_eod = None
-    if calibrated and calibrated.get("spend_by_hour"):
+    if supply:
         target = [round(t) for t in figures["target_by_hour"]]
-        achievable_eod = round(sum(achievable(target, calibrated["spend_by_hour"])) / daily, 4)
+        achievable_eod = round(sum(achievable(target, supply)) / daily, 4)
     wins = figures.get("wins") or 0
     return {
         "achievable_eod_ratio": achievable_eod,
@@ -183,16 +175,15 @@ def sized(
     return out
 
 
-def met_above_calibration(
-    spend: Sequence[float], calibrated: Mapping[str, Any] | None
+def live_above_supply(
+    spend: Sequence[float], supply: Sequence[float] | None
 ) -> dict[str, Any] | None:
-    """The hours in which the live day, paced, spent more than the ``--supply-from``
-    replay did at rate 1 (``hours``), and the largest such ratio (``most``): there
-    the simulator's supply, that replay's spend, is short of what live met. In that
-    replay every campaign bids at rate 1, so its other campaigns take requests that
-    this one meets when they are paced; a replay that shed more for load adds to it.
-    None without a calibration."""
-    supply = calibrated.get("spend_by_hour") if calibrated else None
+    """The hours in which the live day, paced, spent more than the simulator's supply
+    at rate 1 (``hours``), and the largest such ratio (``most``): there the simulator
+    had less to spend than live met. Without the ``--supply-from`` report's book, that
+    supply is its spend with every campaign at rate 1, where the other campaigns take
+    requests that this one meets when they are paced; a replay that shed more for load
+    adds to it. None without a calibration."""
     if not supply:
         return None
     hours = [h for h, (live, cal) in enumerate(zip(spend, supply, strict=True)) if live > cal]
@@ -224,15 +215,24 @@ def render_pacing(section: Mapping[str, Mapping[str, Any]]) -> str:
         if entry.get("offline_range"):
             low, high = entry["offline_range"]["eod_spend_ratio"]
             lines.append(f"    offline EOD spend over its simulated days: {low:.1%}-{high:.1%}")
-        above = entry.get("supply_met_above_calibration")
+        above = entry.get("live_above_offline_supply")
         if above and above["hours"]:
             lines.append(
-                f"    live spent more than the --supply-from replay at rate 1 in"
-                f" {len(above['hours'])} hours (up to {above['most']:.2f}x): the simulator's"
-                " supply is short there (the other campaigns bid at rate 1 in that replay)"
+                f"    live spent more than the simulator's supply in {len(above['hours'])}"
+                f" hours (up to {above['most']:.2f}x): {_SHORT[entry.get('offline_supply')]}"
             )
-    lines.append("  supply: spend at rate 1 (--supply-from) over the budget; binds from 1.1x")
+    lines.append(
+        "  supply: the simulator's spend at rate 1 (from --supply-from) over the budget;"
+        " binds from 1.1x"
+    )
     return "\n".join(lines)
+
+
+_SHORT = {
+    "spend": "the other campaigns bid at rate 1 in the --supply-from replay",
+    "book": "Poisson noise, or supply the --supply-from replay shed for load",
+    None: "",
+}
 
 
 SHED = ("overloaded", "deadline")
@@ -274,7 +274,17 @@ def limits_text(found: Mapping[str, float | None]) -> str:
 
 
 __all__ = [
-    "BINDS_AT", "KEYS", "SHED", "OfflineSettings", "limits", "limits_text",
-    "met_above_calibration", "pacing_section", "render_pacing", "render_shed", "shed_share",
+    "BINDS_AT",
+    "KEYS",
+    "SHED",
+    "OfflineSettings",
+    "book_supplies",
+    "limits",
+    "limits_text",
+    "live_above_supply",
+    "pacing_section",
+    "render_pacing",
+    "render_shed",
+    "shed_share",
     "sized",
 ]  # fmt: skip

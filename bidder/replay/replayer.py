@@ -45,6 +45,7 @@ from bidder.bidstream.auction import settle
 from bidder.bidstream.stream import StreamRecord
 from bidder.core.tasks import TaskSet
 from bidder.pipeline.campaign_trace import HEADER as CAMPAIGN_TRACE
+from bidder.pipeline.campaign_trace import TraceFigures
 from bidder.pipeline.campaign_trace import parse_header as parse_trace
 from bidder.pipeline.stage_times import HEADER as STAGE_TIMES
 from bidder.replay._duplicates import DuplicateTally
@@ -220,10 +221,9 @@ class _Replay:
             return
         self._judge(response.status in (200, 204))
         timeline.add_answer(response.status, response.arrived_ns - self._start_ns)
-        if measured:
-            self._count_answer(response, intended_ns, record, seq)
+        trace = self._count_answer(response, intended_ns, record, seq) if measured else None
         if response.status == 200:
-            self._auction(seq, record, response.body, measured)
+            self._auction(seq, record, response.body, measured, trace)
 
     def _count_send(self, intended_ns: int, sent_ns: int) -> None:
         result, lag_ns = self.result, sent_ns - intended_ns
@@ -235,7 +235,8 @@ class _Replay:
 
     def _count_answer(
         self, response: Response, intended_ns: int, record: StreamRecord, seq: int
-    ) -> None:
+    ) -> TraceFigures | None:
+        """Count a measured answer; returns its campaign trace, read back, if it had one."""
         result, status, ssp = self.result, response.status, record.ssp
         result.status[status] += 1
         reason = response.headers.get("x-nbr-reason", "unlabelled") if status == 204 else None
@@ -250,13 +251,15 @@ class _Replay:
         result.ssp(ssp).count_answer(status, reason, corrected_ns // 1000)
         held = "x-dedup-held" in response.headers
         result.count_copy(ssp, record.body, status, reason, corrected_ns // 1000, held)
-        trace = response.headers.get(_CAMPAIGN_TRACE_KEY)
+        header = response.headers.get(_CAMPAIGN_TRACE_KEY)
+        trace = None if header is None else parse_trace(header)
         if trace is not None:
-            result.campaigns.note_trace(parse_trace(trace))
+            result.campaigns.note_trace(trace)
         times = response.headers.get(_STAGE_TIMES_KEY)
         if times is not None:
             outcome = "bid" if status == 200 else reason or str(status)
             result.slowest.offer(corrected_ns // 1000, record.body, ssp, outcome, times, seq)
+        return trace
 
     def _record(self, intended_ns: int, sent_ns: int, done_ns: int) -> tuple[int, int]:
         """Record both latencies; returns them (ns): corrected, uncorrected."""
@@ -266,13 +269,23 @@ class _Replay:
         record_latency(self.result.uncorrected, uncorrected_ns // 1000)
         return corrected_ns, uncorrected_ns
 
-    def _auction(self, seq: int, record: StreamRecord, response: bytes, measured: bool) -> None:
-        settlement = settle(
-            self._options.market, seq, record.body, response, record.market_price, record.click
-        )
+    def _auction(
+        self,
+        seq: int,
+        record: StreamRecord,
+        response: bytes,
+        measured: bool,
+        trace: TraceFigures | None,
+    ) -> None:
+        market = self._options.market
+        settlement = settle(market, seq, record.body, response, record.market_price, record.click)
         if measured:
             self.result.auction.count(settlement)
             self.result.campaigns.count(settlement, record.ts)
+        if trace is not None and trace.priced:
+            self.result.supply_book.add(
+                market, seq, settlement, trace.priced, record.ts, record.market_price
+            )
         self.result.campaigns.over_cap.deliver(settlement.wins, measured)
         if self._options.notices and settlement.wins:
             formats = imp_formats(record.body)

@@ -41,6 +41,7 @@ from bidder.replay.campaign_outcomes import (
 )
 from bidder.replay.pushback import Pushback, pushback_json, render_pushback
 from bidder.replay.slowest import SlowestAnswers, render_slowest, slowest_json
+from bidder.replay.supply_book import SupplyBook
 from bidder.replay.timeline import Timeline, timeline_json
 from bidder.replay.viewability import ViewTally, render_views, view_json
 
@@ -132,6 +133,8 @@ class ReplayResult:
     """Auctions sent through several SSPs (give it the bidder's ``PathPolicy``)."""
     campaigns: CampaignOutcomes = field(default_factory=CampaignOutcomes)
     """Per campaign (give it the campaigns' budgets to get budget and target figures)."""
+    supply_book: SupplyBook = field(default_factory=SupplyBook)
+    """Per hour, who would have bought each imp had the campaigns above it not bid."""
     timeline: Timeline = field(default_factory=Timeline)
     pushback: Pushback = field(default_factory=Pushback)
     views: ViewTally = field(default_factory=ViewTally)
@@ -238,6 +241,7 @@ def to_json(result: ReplayResult) -> dict[str, Any]:
         "campaigns": outcomes_json(result.campaigns),
         "campaign_sources": SOURCES,
         "campaign_traced_answers": result.campaigns.traced,
+        "supply_book": result.supply_book.json(),
         "timeline": timeline_json(result.timeline, result.warmup_s),
         "pushback": pushback_json(result.pushback, result.requests, result.auction.spend_micros),
         "viewability": view_json(result.views),

@@ -111,6 +111,15 @@ def test_the_main_job_replays_a_stream_through_the_full_stack(tmp_path: Path) ->
     for figure in ("bids", "wins", "spend_micros"):
         per_campaign = sum(c[figure] for c in result["campaigns"].values())
         assert per_campaign == result["auction"][figure]
+    # The book's first position of each imp is the bid sent, in the same auction.
+    first: dict[str, int] = {}
+    for orders in result["supply_book"]:
+        for entry in orders:
+            cid = entry["order"][0]
+            first[cid] = first.get(cid, 0) + entry["spend_micros"][0]
+    spent = {cid: c["spend_micros"] for cid, c in result["campaigns"].items() if c["spend_micros"]}
+    assert {cid: micros for cid, micros in first.items() if micros} == spent and spent
+    assert any(len(entry["order"]) > 1 for orders in result["supply_book"] for entry in orders)
     assert f"HTML report written to {page}" in done.stdout
     assert '<section id="campaigns">' in page.read_text()
 

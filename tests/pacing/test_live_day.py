@@ -49,7 +49,8 @@ from bidder.bidstream.generator import generate
 from bidder.bidstream.stream import read_stream
 from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
 from bidder.replay.campaign_outcomes import budgets_of
-from bidder.replay.pacing_figures import OfflineSettings, pacing_section, sized
+from bidder.replay.offline_days import OfflineSettings
+from bidder.replay.pacing_figures import pacing_section, sized
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import to_json
 from bidder.replay.stream_clock import ClockFit, on_clock

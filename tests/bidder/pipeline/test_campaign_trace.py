@@ -24,10 +24,20 @@ def test_the_header_reads_back_what_it_says(
         assert abs(read - said) <= 0.00005
 
 
+@given(st.dictionaries(st.tuples(ids, st.text(min_size=1, max_size=12)), st.integers(1, 10**9)))
+def test_the_priced_campaigns_read_back_whatever_their_imp_ids_hold(
+    priced: dict[tuple[str, str], int],
+) -> None:
+    figures = parse_header(CampaignTrace(priced=priced).header())
+    assert {(cid, imp): price for cid, imp, price in figures.priced} == priced
+    assert len(figures.priced) == len(priced)
+
+
 @given(st.text(max_size=80))
 def test_any_header_parses_to_figures_or_nothing(value: str) -> None:
     figures = parse_header(value)
     assert all(isinstance(ratio, float) for _, ratio in figures.shading)
+    assert all(isinstance(price, int) and price >= 0 for _, _, price in figures.priced)
 
 
 @given(st.lists(st.sampled_from("abcde")), st.lists(st.sampled_from("abcde")))

@@ -20,7 +20,8 @@ from bidder.cli import main
 from bidder.replay.campaign_outcomes import budgets_of
 from bidder.replay.html import COMPARE_SECTIONS, SECTIONS, write_html
 from bidder.replay.html.plots import percentile_curve
-from bidder.replay.pacing_figures import OfflineSettings, pacing_section
+from bidder.replay.offline_days import OfflineSettings
+from bidder.replay.pacing_figures import pacing_section
 from bidder.replay.replayer import replay
 from bidder.replay.report import ReplayResult, new_latency_histogram, record_latency, to_json
 from pacing.config_file import settings_in_force

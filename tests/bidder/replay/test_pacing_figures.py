@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.replay.campaign_outcomes import Budget
+from bidder.replay.offline_days import OfflineSettings
 from bidder.replay.pacing_figures import (
-    OfflineSettings,
     pacing_section,
     render_pacing,
     render_shed,
@@ -134,15 +134,15 @@ def test_the_report_names_the_hours_live_met_more_supply_than_its_calibration() 
     entry = pacing_section(
         {"c": _campaign(_target())}, {"c": Budget(BUDGET, STANDARD)}, calibration, OFFLINE
     )["c"]
-    assert entry["supply_met_above_calibration"] == {"hours": [9, 10, 11], "most": 2.0}
-    assert "at rate 1 in 3 hours (up to 2.00x)" in render_pacing({"c": entry})
+    assert entry["live_above_offline_supply"] == {"hours": [9, 10, 11], "most": 2.0}
+    assert "supply in 3 hours (up to 2.00x)" in render_pacing({"c": entry})
 
 
 def test_no_hours_are_named_where_the_calibration_met_at_least_what_live_spent() -> None:
     calibration = {"c": {"spend_by_hour": [round(2 * t) for t in _target()], "ecpm_usd": 2.0}}
     budgets = {"c": Budget(BUDGET, STANDARD)}
     entry = pacing_section({"c": _campaign(_target())}, budgets, calibration, OFFLINE)["c"]
-    assert entry["supply_met_above_calibration"] == {"hours": [], "most": None}
-    assert "--supply-from replay at rate 1" not in render_pacing({"c": entry})
+    assert entry["live_above_offline_supply"] == {"hours": [], "most": None}
+    assert "live spent more than the simulator's supply" not in render_pacing({"c": entry})
     without = pacing_section({"c": _campaign(_target())}, budgets, None, OFFLINE)["c"]
-    assert without["supply_met_above_calibration"] is None
+    assert without["live_above_offline_supply"] is None
