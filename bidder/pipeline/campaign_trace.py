@@ -86,9 +86,8 @@ class CampaignTrace:
     def header(self) -> str:
         shading = ",".join(f"{cid}:{ratio:.4f}" for cid, ratio in self.shading)
         eligible, capped = ",".join(self.eligible), ",".join(self.capped)
-        priced = ",".join(
-            f"{cid}:{quote(imp, safe='')}:{price}" for (cid, imp), price in self.priced.items()
-        )
+        imps = {imp: quote(imp, safe="") for _, imp in self.priced}
+        priced = ",".join(f"{cid}:{imps[imp]}:{price}" for (cid, imp), price in self.priced.items())
         return f"eligible={eligible};capped={capped};shading={shading};priced={priced}"
 
 

@@ -64,9 +64,10 @@ class OfflineDay:
         return [run(replace(scenario, seed=seed)) for seed in range(1, seeds + 1)]
 
 
-def scenario(
+def offline_day(
     calibrated: Mapping[str, Any] | None, budget: Budget, settings: OfflineSettings
 ) -> OfflineDay | None:
+    """The campaign's simulated day on its ``--supply-from`` figures; None without them."""
     supply = list(calibrated["spend_by_hour"]) if calibrated else []
     if not calibrated or not supply or sum(supply) <= 0 or budget.curve is None:
         return None
@@ -93,9 +94,7 @@ BOOK_SEEDS = 3
 """Simulated days per campaign and round (the figures themselves use ``seeds``)."""
 
 
-def book_supplies(
-    book: BookJson, scenarios: Mapping[str, OfflineDay | None], settings: OfflineSettings
-) -> dict[str, list[float]]:
+def book_supplies(book: BookJson, days: Mapping[str, OfflineDay | None]) -> dict[str, list[float]]:
     """Each campaign's supply per hour while the others bid as the simulator paces them.
 
     Start from every campaign at rate 1 (the ``--supply-from`` replay as it ran),
@@ -106,7 +105,7 @@ def book_supplies(
     for _ in range(BOOK_ROUNDS):
         supplies = supply_at(book, rates)
         rates = {}
-        for cid, offline in scenarios.items():
+        for cid, offline in days.items():
             supply = supplies.get(cid, [0.0] * 24)
             if offline is not None and sum(supply) > 0:
                 rates[cid] = _rates(offline.days(supply, BOOK_SEEDS), supply)
@@ -133,5 +132,5 @@ __all__ = [
     "OfflineDay",
     "OfflineSettings",
     "book_supplies",
-    "scenario",
+    "offline_day",
 ]

@@ -31,7 +31,7 @@ from typing import Any
 from bidder.core.campaigns import Campaign
 from bidder.core.ledger import cost_of
 from bidder.replay.campaign_outcomes import Budget
-from bidder.replay.offline_days import OfflineDay, OfflineSettings, book_supplies, scenario
+from bidder.replay.offline_days import OfflineDay, OfflineSettings, book_supplies, offline_day
 from bidder.replay.supply_book import BookJson
 from pacing.actual import achievable
 from pacing.report import day_figures, tracking
@@ -64,12 +64,12 @@ def pacing_section(
         if sum(target) >= WHOLE_DAY * budget.daily_budget_micros:
             paced[cid] = budget
     calibration = calibration or {}
-    scenarios = {
-        cid: scenario(calibration.get(cid), budget, offline) for cid, budget in paced.items()
+    days = {
+        cid: offline_day(calibration.get(cid), budget, offline) for cid, budget in paced.items()
     }
-    supplies = {cid: sc.supply_micros for cid, sc in scenarios.items() if sc is not None}
+    supplies = {cid: day.supply_micros for cid, day in days.items() if day is not None}
     if book and any(book):
-        supplies = book_supplies(book, scenarios, offline)
+        supplies = book_supplies(book, days)
     section = {}
     for cid, budget in paced.items():
         figures, supply = campaigns[cid], supplies.get(cid)
@@ -79,12 +79,29 @@ def pacing_section(
             "hourly_spend_micros": spend,
             "hourly_target_micros": target,
         }
-        entry |= _offline(scenarios[cid], supply, budget, offline)
+        entry |= _offline(days[cid], supply, budget, offline)
         entry["offline_supply"] = _supply_source(supply, book)
         entry["limits"] = limits(figures, budget, supply)
         entry["live_above_offline_supply"] = live_above_supply(spend, supply)
+        entry["capped_share"] = {
+            "live": capped_share(figures), "supply_from": capped_share(calibration.get(cid))
+        }  # fmt: skip
         section[cid] = entry
     return section
+
+
+CAPPED_GAP = 0.02
+"""A difference in capped share (of eligible requests) that the report names."""
+
+
+def capped_share(figures: Mapping[str, Any] | None) -> float | None:
+    """The share of a campaign's eligible requests that its frequency caps refused (the
+    campaign trace's counts); None where the report has no trace."""
+    eligible = (figures or {}).get("requests_eligible")
+    capped = (figures or {}).get("capped_no_bids")
+    if not eligible or capped is None:
+        return None
+    return round(capped / eligible, 4)
 
 
 def _supply_source(supply: Sequence[float] | None, book: BookJson | None) -> str | None:
@@ -221,18 +238,35 @@ def render_pacing(section: Mapping[str, Mapping[str, Any]]) -> str:
                 f"    live spent more than the simulator's supply in {len(above['hours'])}"
                 f" hours (up to {above['most']:.2f}x): {_SHORT[entry.get('offline_supply')]}"
             )
-    lines.append(
-        "  supply: the simulator's spend at rate 1 (from --supply-from) over the budget;"
-        " binds from 1.1x"
-    )
+        capped = entry.get("capped_share") or {}
+        live, at_rate_1 = capped.get("live"), capped.get("supply_from")
+        if live is not None and at_rate_1 is not None and at_rate_1 > live + CAPPED_GAP:
+            lines.append(
+                f"    frequency caps refused {at_rate_1:.1%} of its eligible requests in the"
+                f" --supply-from replay, {live:.1%} live: bidding on every request it reaches"
+                " its caps sooner, so the simulator's supply is short"
+            )
+    lines.append(f"  supply: {supply_text(section)}; binds from 1.1x")
     return "\n".join(lines)
 
 
 _SHORT = {
     "spend": "the other campaigns bid at rate 1 in the --supply-from replay",
-    "book": "Poisson noise, or supply the --supply-from replay shed for load",
+    "book": "Poisson noise, caps reached sooner at rate 1 (below), or supply the"
+    " --supply-from replay shed for load",
     None: "",
 }
+
+
+def supply_text(section: Mapping[str, Mapping[str, Any]]) -> str:
+    """Where the simulator's supply came from, in words."""
+    sources = {entry.get("offline_supply") for entry in section.values()}
+    if "book" in sources:
+        return (
+            "the simulator's spend at rate 1 over the budget, read from the --supply-from"
+            " report's book while the other campaigns are paced"
+        )
+    return "the simulator's spend at rate 1 over the budget: the --supply-from replay's"
 
 
 SHED = ("overloaded", "deadline")
@@ -274,17 +308,7 @@ def limits_text(found: Mapping[str, float | None]) -> str:
 
 
 __all__ = [
-    "BINDS_AT",
-    "KEYS",
-    "SHED",
-    "OfflineSettings",
-    "book_supplies",
-    "limits",
-    "limits_text",
-    "live_above_supply",
-    "pacing_section",
-    "render_pacing",
-    "render_shed",
-    "shed_share",
-    "sized",
+    "BINDS_AT", "CAPPED_GAP", "KEYS", "SHED", "capped_share", "limits", "limits_text",
+    "live_above_supply", "pacing_section", "render_pacing", "render_shed", "shed_share",
+    "sized", "supply_text",
 ]  # fmt: skip

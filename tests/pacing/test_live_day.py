@@ -11,9 +11,12 @@ is 1.5x the budget (``bidsim campaigns size``). The calibration is
     bidsim replay day.jsonl.gz --workers 2 --pacing-tick-s 0.5 --budget-scale 1000 --json OUT
 
 The simulator's supply is ``data/day-1m-supply.json``: the same replay of the sized
-campaigns alone (``--campaigns sized.json``), the supply the live day meets. Without the
-other campaigns bidding, northwind and ridgeway win 1.40x and 1.48x what they won in the
-calibration, so the calibration under-states the live day's supply.
+campaigns alone (``--campaigns sized.json``), the supply the live day meets, kept to
+its campaigns' ``ecpm_usd``, ``spend_by_hour``, ``spend_micros`` and ``wins`` and its
+``supply_book``, from which the simulator reads each campaign's supply while the other
+is paced. Without the other campaigns bidding, northwind and ridgeway win 1.40x and
+1.48x what they won in the calibration, so the calibration under-states the live day's
+supply.
 
 Checked, on the scale of a one-minute day. A campaign buys 90-280 impressions a day,
 4-12 a simulated hour: an hour's spend varies by 35-55% (``limits.hourly_noise_ratio``),
@@ -120,8 +123,10 @@ async def _day(stack: LocalStack, tmp_path: Path) -> dict[str, Any]:
         breaker_window_s=settings.breaker_window_s,
     )
     report = to_json(result)
-    supply = orjson.loads(SUPPLY.read_bytes())["campaigns"]
-    pacing = pacing_section(report["campaigns"], budgets, supply, offline)
+    supply = orjson.loads(SUPPLY.read_bytes())
+    pacing = pacing_section(
+        report["campaigns"], budgets, supply["campaigns"], offline, supply["supply_book"]
+    )
     (tmp_path / "report.json").write_bytes(orjson.dumps({**report, "pacing": pacing}))
     return {"pacing": pacing, "sums": campaign_sums, "late_ms": start_at_ms}
 
@@ -170,6 +175,11 @@ def test_the_live_day_lands_within_the_simulators_range(day: dict[str, Any]) -> 
     for cid, entry in _binding(day).items():
         live, bounds = entry["live"], entry["offline_range"]
         assert _near(live["eod_spend_ratio"], bounds["eod_spend_ratio"], 0.10), _why(cid, entry)
+
+
+def test_the_simulator_reads_its_supply_from_the_book(day: dict[str, Any]) -> None:
+    for cid, entry in _binding(day).items():
+        assert entry["offline_supply"] == "book", _why(cid, entry)
 
 
 def test_an_hour_here_is_too_few_impressions_for_the_hourly_band(day: dict[str, Any]) -> None:

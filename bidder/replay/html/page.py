@@ -16,7 +16,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from bidder.replay.pacing_figures import KEYS as PACING_KEYS
-from bidder.replay.pacing_figures import limits_text, render_shed
+from bidder.replay.pacing_figures import limits_text, render_shed, supply_text
 
 SECTIONS = (
     ("summary", "Summary"),
@@ -213,7 +213,10 @@ def _pacing(report: Mapping[str, Any], plots: Any) -> str:
     )
     parts.append(plots.pacing_day(day))
     parts.append(table(head, rows))
-    parts.append('<p class="note">Each figure: live | offline simulator (docs/pacing.md).</p>')
+    parts.append(
+        '<p class="note">Each figure: live | offline simulator (docs/pacing.md). Supply:'
+        f" {escape(supply_text(day))}.</p>"
+    )
     shed = render_shed(report.get("pacing_day_shed") or {}).strip()
     parts.append(f'<p class="note">{escape(shed)}.</p>')
     return "".join(parts)

@@ -146,3 +146,21 @@ def test_no_hours_are_named_where_the_calibration_met_at_least_what_live_spent()
     assert "live spent more than the simulator's supply" not in render_pacing({"c": entry})
     without = pacing_section({"c": _campaign(_target())}, budgets, None, OFFLINE)["c"]
     assert without["live_above_offline_supply"] is None
+
+
+def test_the_report_names_caps_that_bound_sooner_in_the_supply_replay() -> None:
+    live = {**_campaign(_target()), "requests_eligible": 1000, "capped_no_bids": 50}
+    calibrated = {
+        "spend_by_hour": [round(2 * t) for t in _target()], "ecpm_usd": 2.0,
+        "requests_eligible": 1000, "capped_no_bids": 150,
+    }  # fmt: skip
+    budgets = {"c": Budget(BUDGET, STANDARD)}
+    entry = pacing_section({"c": live}, budgets, {"c": calibrated}, OFFLINE)["c"]
+    assert entry["capped_share"] == {"live": 0.05, "supply_from": 0.15}
+    assert "refused 15.0% of its eligible requests in the" in render_pacing({"c": entry})
+    even = pacing_section(
+        {"c": live}, budgets, {"c": {**calibrated, "capped_no_bids": 60}}, OFFLINE
+    )
+    assert "frequency caps refused" not in render_pacing(even)
+    untraced = pacing_section({"c": _campaign(_target())}, budgets, {"c": calibrated}, OFFLINE)
+    assert untraced["c"]["capped_share"] == {"live": None, "supply_from": 0.15}

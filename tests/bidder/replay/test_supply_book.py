@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from bidder.bidstream.auction import Market, settle, would_pay
 from bidder.replay.campaign_outcomes import Budget
-from bidder.replay.offline_days import OfflineSettings, book_supplies, scenario
+from bidder.replay.offline_days import OfflineSettings, book_supplies, offline_day
 from bidder.replay.pacing_figures import pacing_section
 from bidder.replay.supply_book import SupplyBook, supply_at
 from pacing.curves import STANDARD
@@ -135,8 +135,7 @@ def test_a_paced_campaign_above_another_leaves_it_supply_the_replay_did_not_see(
     book = [[{"order": ["a", "b"], "imps": 100, "spend_micros": [3 * t, 3 * t]}] for t in _target()]
     calibrated = {"spend_by_hour": [round(3 * t) for t in _target()], "ecpm_usd": 2.0}
     budget = Budget(BUDGET, STANDARD)
-    scenarios = {"a": scenario(calibrated, budget, OFFLINE)}
-    supply = book_supplies(book, scenarios, OFFLINE)
+    supply = book_supplies(book, {"a": offline_day(calibrated, budget, OFFLINE)})
     assert supply["a"] == [3 * t for t in _target()]
     assert 1.6 * BUDGET <= sum(supply["b"]) <= 2.4 * BUDGET  # 0 at rate 1 for all
 
