@@ -129,7 +129,6 @@ def test_the_main_job_replays_a_stream_through_the_full_stack(tmp_path: Path) ->
             first[cid] = first.get(cid, 0) + entry["spend_micros"][0]
     spent = {cid: c["spend_micros"] for cid, c in result["campaigns"].items() if c["spend_micros"]}
     assert {cid: micros for cid, micros in first.items() if micros} == spent and spent
-    assert any(len(entry["order"]) > 1 for orders in result["supply_book"] for entry in orders)
     ledger = result["ledger"]
     assert ledger["lost_entries"] == 0 and ledger["ledger_equals_spend_totals"], ledger
     assert ledger["acknowledged_bills"] > 0
