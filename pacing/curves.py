@@ -109,6 +109,11 @@ def second_of_day(wall_ms: int) -> float:
     return (wall_ms % DAY_MS) / 1000.0
 
 
+def hour_of_day(wall_ms: int) -> int:
+    """The UTC hour (0-23) of ``wall_ms``."""
+    return int(second_of_day(wall_ms) // HOUR_S)
+
+
 def day_of(wall_ms: int) -> int:
     """The UTC day number (days since the epoch) of ``wall_ms``."""
     return wall_ms // DAY_MS
@@ -145,7 +150,7 @@ def curve_from_stream(path: str | os.PathLike[str]) -> tuple[Curve, list[int]]:
     """
     counts = [0] * 24
     for record in read_stream(Path(path)):
-        counts[int(second_of_day(record.ts) // HOUR_S)] += 1
+        counts[hour_of_day(record.ts)] += 1
     missing = [h for h, n in enumerate(counts) if n == 0]
     if missing:
         raise CurveError(

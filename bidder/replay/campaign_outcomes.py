@@ -35,7 +35,16 @@ from bidder.core.ledger import cost_of
 from bidder.pipeline.campaign_trace import TraceFigures
 from bidder.replay.auction_totals import ctr
 from bidder.replay.over_cap import OverCapTally
-from pacing.curves import BUILTIN, DAY_S, HOUR_S, Curve, CurveError, day_of, resolve_curve
+from pacing.curves import (
+    BUILTIN,
+    DAY_S,
+    HOUR_S,
+    Curve,
+    CurveError,
+    day_of,
+    hour_of_day,
+    resolve_curve,
+)
 
 NO_CID = "(no cid)"
 """The row of bids that name no campaign."""
@@ -134,7 +143,7 @@ class CampaignOutcomes:
             outcome = self._outcome(offer.cid)
             outcome.bids += 1
             outcome.bid_cpm_sum += offer.price
-        hour = int((ts / 1000 % DAY_S) // HOUR_S)
+        hour = hour_of_day(ts)
         for win in settlement.wins:
             outcome = self._outcome(win.cid)
             outcome.wins += 1

@@ -68,8 +68,9 @@ def pacing_section(
         cid: offline_day(calibration.get(cid), budget, offline) for cid, budget in paced.items()
     }
     supplies = {cid: day.supply_micros for cid, day in days.items() if day is not None}
+    source = "spend"
     if book and any(book):
-        supplies = book_supplies(book, days)
+        supplies, source = book_supplies(book, days), "book"
     section = {}
     for cid, budget in paced.items():
         figures, supply = campaigns[cid], supplies.get(cid)
@@ -80,7 +81,7 @@ def pacing_section(
             "hourly_target_micros": target,
         }
         entry |= _offline(days[cid], supply, budget, offline)
-        entry["offline_supply"] = _supply_source(supply, book)
+        entry["offline_supply"] = None if supply is None else source
         entry["limits"] = limits(figures, budget, supply)
         entry["live_above_offline_supply"] = live_above_supply(spend, supply)
         entry["capped_share"] = {
@@ -102,12 +103,6 @@ def capped_share(figures: Mapping[str, Any] | None) -> float | None:
     if not eligible or capped is None:
         return None
     return round(capped / eligible, 4)
-
-
-def _supply_source(supply: Sequence[float] | None, book: BookJson | None) -> str | None:
-    if supply is None:
-        return None
-    return "book" if book and any(book) else "spend"
 
 
 def _offline(

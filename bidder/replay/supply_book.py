@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bidder.bidstream.auction import Market, Settlement, would_pay
-from pacing.curves import DAY_S, HOUR_S
+from pacing.curves import hour_of_day
 
 Order = tuple[str, ...]
 
@@ -55,7 +55,7 @@ class SupplyBook:
         by_imp: dict[str, list[tuple[str, int]]] = {}
         for cid, impid, price in priced:
             by_imp.setdefault(impid, []).append((cid, price))
-        hour = hour_of(ts)
+        hour = hour_of_day(ts)
         for impid, offers in by_imp.items():
             if not any(offer.impid == impid for offer in settlement.offers):
                 continue
@@ -84,11 +84,6 @@ class SupplyBook:
             ]
             for hour in self.hours
         ]
-
-
-def hour_of(ts: int) -> int:
-    """The simulated hour of day of an instant (ms since the epoch, UTC)."""
-    return int((ts / 1000 % DAY_S) // HOUR_S)
 
 
 def _micros(price: float | None) -> int:
