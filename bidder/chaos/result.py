@@ -207,21 +207,16 @@ def record_answers(
     return figures
 
 
-FAULT_RATIO_MARGIN = 0.03
-"""How much lower the within-deadline ratio may be under a fault than in the same run's
-healthy phase: a fault that made the loop wait on a hung call costs every request of
-that second, far more; a busy machine moves both phases alike."""
-
-
 def check_ratio_drop(
     checks: Checks,
     scenario: ScenarioResult,
     healthy: Sequence[ReplayResult],
     fault: Sequence[ReplayResult],
-    margin: float = FAULT_RATIO_MARGIN,
+    margin: float,
     phase: str = "fault",
 ) -> None:
-    """The ``phase`` answers within the deadline about as often as the healthy one."""
+    """The ``phase`` answers within the deadline about as often as the healthy one: at
+    most ``margin`` less (``ScenarioOptions.drop_margin``)."""
     before, during = replay_figures(healthy).ratio, replay_figures(fault).ratio
     drop = None if before is None or during is None else round(before - during, 4)
     scenario.figures.update({"healthy_within_deadline": before, f"{phase}_within_deadline": during})

@@ -98,7 +98,7 @@ def _check(
     scenario.figures.update(passes={name: pass_summary(r) for name, r in results.items()})
     record_answers(checks, scenario, list(results.values()), None)
     faulted = [results["draining"], results["closed"]]
-    check_ratio_drop(checks, scenario, [results["healthy"]], faulted)
+    check_ratio_drop(checks, scenario, [results["healthy"]], faulted, run.options.drop_margin())
     checks.expect("held_leases_at_the_freeze", sum(map(len, held.values())), ">", 0)
     checks.expect("held_leases_expired_before_the_closed_phase", expires_ms, "<=", closed_from_ms)
     closed = results["closed"]

@@ -197,8 +197,9 @@ def _check(run: Run, passes: list[ReplayResult], promotion_s: float | None, same
         promotion_s=promotion_s,
     )
     record_answers(checks, run.scenario, passes, None)
-    check_ratio_drop(checks, run.scenario, passes[:1], passes[1:2], FAILOVER_MARGIN)
-    check_ratio_drop(checks, run.scenario, passes[:1], passes[2:], phase="after")
+    healthy, failover_margin = passes[:1], run.options.drop_margin(FAILOVER_MARGIN)
+    check_ratio_drop(checks, run.scenario, healthy, passes[1:2], failover_margin)
+    check_ratio_drop(checks, run.scenario, healthy, passes[2:], run.options.drop_margin(), "after")
     checks.expect("promotion_s", promotion_s, "<=", PROMOTION_BOUND_S)
     checks.expect("same_worker_processes_throughout", same, "==", True)
     checks.expect("bids_after_the_failover", passes[2].status[200], ">", 0)

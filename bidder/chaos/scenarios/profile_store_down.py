@@ -125,11 +125,11 @@ def _check(
         ledger="not measured: the spend stream dies with moto (see spend_stream_down)",
     )  # fmt: skip
     figures = record_answers(checks, scenario, list(results.values()), None)
-    check_ratio_drop(checks, scenario, [results["baseline"]], [results["fault"]])
+    baseline, fault = results["baseline"], results["fault"]
+    check_ratio_drop(checks, scenario, [baseline], [fault], run.options.drop_margin())
     checks.expect("client_timeouts", figures.timeouts, "==", 0)
     checks.expect("profile_fill_errors", fill_errors, ">", 0)
-    baseline, fault = results["baseline"], results["fault"]
-    margin = round(fault.requests * DEADLINE_MARGIN_SHARE)
+    margin = round(fault.requests * run.options.drop_margin(DEADLINE_MARGIN_SHARE))
     checks.expect(
         "fault_deadline_nobids_beyond_baseline",
         fault.nbr_reasons["deadline"] - baseline.nbr_reasons["deadline"], "<=", margin,

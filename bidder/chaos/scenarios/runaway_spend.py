@@ -147,7 +147,8 @@ async def _run(run: Run) -> None:
         passes=[pass_summary(r) for r in passes.results],
     )  # fmt: skip
     record_answers(run.checks, run.scenario, passes.results, None)
-    check_ratio_drop(run.checks, run.scenario, passes.results[:1], passes.results[1:])
+    healthy, faulted = passes.results[:1], passes.results[1:]
+    check_ratio_drop(run.checks, run.scenario, healthy, faulted, run.options.drop_margin())
     times = (rogue.first_ms, watch.paused_ms)
     bound = window if not run.short else window + 2 * TICK_S
     _check_pause(run.scenario, run.checks, campaign.id, times, bound, log)

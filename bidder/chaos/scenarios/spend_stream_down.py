@@ -78,7 +78,7 @@ def _check(run: Run, passes: list[ReplayResult], depth: float) -> None:
         spool_depth_at_the_end_of_the_outage=int(depth),
     )
     record_answers(checks, run.scenario, passes, None)
-    check_ratio_drop(checks, run.scenario, passes[:1], passes[1:2])
+    check_ratio_drop(checks, run.scenario, passes[:1], passes[1:2], run.options.drop_margin())
     outage = passes[1].auction
     checks.expect("outage_notices_acknowledged", outage.notices_ok, ">", 0)
     checks.expect("outage_notices_failed", outage.notices_failed, "==", 0)

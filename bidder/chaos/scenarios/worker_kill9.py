@@ -188,7 +188,7 @@ def _check(
         replacement_answered=answered, dead_node_leases_gone_s=leases_gone_s,
     )  # fmt: skip
     record_answers(checks, run.scenario, passes, None, run.settings.max_in_flight)
-    check_ratio_drop(checks, run.scenario, passes[:1], passes[1:])
+    check_ratio_drop(checks, run.scenario, passes[:1], passes[1:], run.options.drop_margin())
     checks.expect("deaths_seen_by_the_pool", len(restarts), "==", 1)
     checks.expect("workers_alive_after_the_respawn", alive, "==", workers)
     checks.expect("respawn_s", respawn_s, "<=", RESPAWN_BOUND_S)

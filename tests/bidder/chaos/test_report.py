@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from bidder.chaos import ScenarioResult, UnknownScenario, render_table
 from bidder.chaos.cli import main
 from bidder.chaos.faults import at_requests
+from bidder.chaos.harness import FAULT_RATIO_MARGIN, SHORT_DROP_MARGIN, ScenarioOptions
 from bidder.chaos.ledger import spend_beyond_budgets, sums_by_campaign
 from bidder.chaos.observe import ProbeAnswer, first_bid_after
 from bidder.chaos.result import Checks, check_ratio_drop
@@ -145,12 +146,21 @@ def _replayed(requests: int, within: int) -> ReplayResult:
 def test_a_fault_may_cost_a_few_points_of_answers_within_the_deadline() -> None:
     checks = Checks()
     scenario = ScenarioResult("x", "fault", short=True)
-    check_ratio_drop(checks, scenario, [_replayed(100, 98)], [_replayed(200, 192)])
+    check_ratio_drop(checks, scenario, [_replayed(100, 98)], [_replayed(200, 192)], 0.03)
     assert [c.ok for c in checks.items] == [True]
 
 
 def test_a_fault_that_costs_more_than_the_margin_fails_its_check() -> None:
     checks = Checks()
     scenario = ScenarioResult("x", "fault", short=True)
-    check_ratio_drop(checks, scenario, [_replayed(100, 98)], [_replayed(100, 80)])
+    check_ratio_drop(checks, scenario, [_replayed(100, 98)], [_replayed(100, 80)], 0.03)
     assert (checks.items[0].measured, checks.items[0].ok) == (0.18, False)
+
+
+def test_the_short_form_allows_a_larger_drop_than_a_full_run(tmp_path: Path) -> None:
+    full, short = ScenarioOptions(tmp_path), ScenarioOptions(tmp_path, short=True)
+    assert full.drop_margin() == FAULT_RATIO_MARGIN < SHORT_DROP_MARGIN == short.drop_margin()
+    # A scenario's own looser full-run margin is kept, or raised to the short form's.
+    assert full.drop_margin(0.15) == 0.15
+    assert short.drop_margin(0.15) == SHORT_DROP_MARGIN
+    assert short.drop_margin(0.5) == 0.5
