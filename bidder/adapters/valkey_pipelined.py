@@ -22,6 +22,10 @@ Bounds and failures.
 - At most ``max_pending`` replies owed at once (including those whose callers gave
   up): past it, a call fails at once with ``TooManyPending``. A stalled server thus
   piles up a bounded backlog, not one command per request.
+- A connection that owes replies and has answered nothing for ``silent_s`` belongs to
+  a paused or stalled server: new calls fail at once with ``ServerSilent`` and are not
+  sent, so a request spends no time waiting on it and a stopped server collects no
+  backlog. The replies owed are enough to see it answer again; then calls go out.
 - A connection that owes replies and has answered nothing for ``stall_timeout_s``
   is given up (a server that stopped without closing the socket).
 - A lost connection (server killed, given up, protocol error) fails every owed
@@ -60,11 +64,21 @@ MAX_PENDING = 256
 CONNECT_TIMEOUT_S = 0.5
 RECONNECT_INTERVAL_S = 0.1
 """Connection attempts while the server is away are at least this far apart."""
+SILENT_S = 0.1
+"""A connection owing replies and silent this long fails new calls at once. A loopback
+reply takes about 0.25 ms and a bid-path call waits at most a few ms, so a call made
+now would time out too; it is this long, not a deadline's 8 ms, because the worker's
+own stalls (a GC pass, the machine's other processes) leave replies unread in the
+socket for tens of ms, which must not count as the server's silence."""
 STALL_TIMEOUT_S = 1.0
 """A connection owing replies and silent this long is closed and made again."""
 
 Arg = bytes | str | int
 _INFINITY = float("inf")
+
+
+class ServerSilent(ValkeyConnectionError):
+    """The connection owes replies and the server has answered nothing for ``silent_s``."""
 
 
 class TooManyPending(ValkeyConnectionError):
@@ -150,6 +164,7 @@ class PipelinedConnection:
         max_pending: int = MAX_PENDING,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         reconnect_interval_s: float = RECONNECT_INTERVAL_S,
+        silent_s: float = SILENT_S,
         stall_timeout_s: float = STALL_TIMEOUT_S,
     ) -> None:
         if max_pending < 1:
@@ -158,6 +173,7 @@ class PipelinedConnection:
         self.max_pending = max_pending
         self.connect_timeout_s = connect_timeout_s
         self.reconnect_interval_s = reconnect_interval_s
+        self.silent_s = silent_s
         self.stall_timeout_s = stall_timeout_s
         self.commands = 0
         """Commands written."""
@@ -166,6 +182,8 @@ class PipelinedConnection:
         self.dropped = 0
         """Replies that came for a caller who had given up (timed out or cancelled)."""
         self.connects = 0
+        self.silenced = 0
+        """Calls failed at once because the server was silent (``ServerSilent``)."""
         self._loop = asyncio.get_running_loop()
         self._wire: _Wire | None = None
         self._connecting: asyncio.Task[None] | None = None
@@ -201,14 +219,19 @@ class PipelinedConnection:
         """The reply to ``command`` (one RESP-encoded command, ``pack``), as a future.
 
         It fails with ``TimeoutError`` when no reply came by ``until`` (the loop's
-        clock), with redis-py's ``ConnectionError`` when the connection is down, lost
-        or full (``TooManyPending``), or with the error the server replied.
+        clock), with redis-py's ``ConnectionError`` when the connection is down, lost,
+        silent (``ServerSilent``) or full (``TooManyPending``), or with the error the
+        server replied.
         """
         future = self._loop.create_future()
         wire = self._wire
         if wire is None:
             self._reconnect_soon()
             future.set_exception(ValkeyConnectionError("no connection to Valkey"))
+        elif wire.pending and (silent_s := self._loop.time() - wire.owed_since) > self.silent_s:
+            self._give_up_if_stalled(wire)
+            self.silenced += 1
+            future.set_exception(ServerSilent(f"Valkey silent for {silent_s * 1000:.0f} ms"))
         elif len(wire.pending) >= self.max_pending:
             self._give_up_if_stalled(wire)
             future.set_exception(TooManyPending(f"{len(wire.pending)} Valkey replies pending"))

@@ -20,7 +20,13 @@ from redis.exceptions import ConnectionError as ValkeyConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from bidder.adapters.valkey import connect_pipelined
-from bidder.adapters.valkey_pipelined import Address, PipelinedConnection, TooManyPending, pack
+from bidder.adapters.valkey_pipelined import (
+    Address,
+    PipelinedConnection,
+    ServerSilent,
+    TooManyPending,
+    pack,
+)
 from bidder.stack.child import free_port
 from bidder.stack.cluster import ValkeyNode
 
@@ -203,7 +209,7 @@ def resume(node: ValkeyNode) -> None:
 @pytest.mark.chaos
 @pytest.mark.asyncio
 async def test_a_late_reply_goes_to_nobody_and_the_connection_stays(node: ValkeyNode) -> None:
-    connection = await connect_to(node)
+    connection = await connect_to(node, silent_s=60.0)  # "next" may go out before "late"'s reply
     try:
         with redis.Redis.from_url(node.url) as admin:
             before = admin.info("stats")["total_connections_received"]
@@ -238,6 +244,33 @@ async def test_past_the_pending_cap_calls_fail_at_once_until_replies_come(
             resume(node)
         assert [await reply for reply in owed] == [f"reply-{n}".encode() for n in range(4)]
         assert await connection.send(echo("after"), soon()) == b"reply-after"
+    finally:
+        await connection.aclose()
+
+
+@pytest.mark.chaos
+@pytest.mark.asyncio
+async def test_calls_to_a_silent_server_fail_at_once_unsent_until_it_answers(
+    node: ValkeyNode,
+) -> None:
+    connection = await connect_to(node, silent_s=0.05)
+    try:
+        pause(node)
+        try:
+            owed = connection.send(echo("owed"), soon(10.0))
+            beside = connection.send(echo("beside"), soon(10.0))  # silent for less: sent
+            await asyncio.sleep(0.06)
+            sent = connection.commands
+            silenced = connection.send(echo("silenced"), soon(10.0))
+            assert silenced.done()
+            with pytest.raises(ServerSilent):
+                await silenced
+            assert (connection.commands, connection.silenced) == (sent, 1)
+        finally:
+            resume(node)
+        assert (await owed, await beside) == (b"reply-owed", b"reply-beside")
+        assert await connection.send(echo("after"), soon()) == b"reply-after"
+        assert connection.connects == 1  # the same connection throughout
     finally:
         await connection.aclose()
 
