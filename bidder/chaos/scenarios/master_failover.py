@@ -74,11 +74,13 @@ from pacing.lease_store import live_nodes_key
 NAME = "master_failover"
 INJECTED = "the master of the pacing live-nodes slot killed with SIGKILL at 40% of the replay"
 RATE = 300.0
-PASSES = {True: (800, 1200, 600), False: (2400, 3600, 1500)}
-"""Requests of the healthy, failover (the kill at its first request) and after passes."""
+PASSES = {True: (1600, 1200, 600), False: (2400, 3600, 1500)}
+"""Requests of the healthy, failover (the kill at its first request) and after passes.
+The short form's healthy pass is the longest: on a loaded box it wins about 60 times,
+enough for the heavy users to meet their caps in it."""
 PASS_NAMES = ("healthy", "failover", "after")
-HEAVY_USERS, HEAVY_SHARE = 5, 0.4
-"""Five users send 40% of the stream, so they meet their caps within the healthy pass."""
+HEAVY_USERS, HEAVY_SHARE = 2, 0.5
+"""Two users send half the stream, so they meet their caps within the healthy pass."""
 PROMOTION_BOUND_S = 10.0
 FAILOVER_MARGIN = 0.15
 """How much lower the failover pass's within-deadline share may be than the healthy
