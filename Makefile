@@ -20,8 +20,8 @@ TEST_PROCESSES ?= 2
 .PHONY: demo test lint venv clean
 
 demo: $(STAMP)
-	$(BIN)/bidsim replay fixtures/openrtb/sample-stream.jsonl.gz --warmup 2 --json demo-report.json \
-		--html demo-report.html
+	$(BIN)/bidsim replay fixtures/openrtb/sample-stream.jsonl.gz --warmup 2 --audit-ledger \
+		--json demo-report.json --html demo-report.html
 
 test: $(STAMP) lint
 	@# pytest exits 5 when it collected no test: that is a failure here, not a pass.

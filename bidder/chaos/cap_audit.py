@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bidder.chaos.harness import CAMPAIGNS
-from bidder.chaos.observe import metric
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.tokens import NoticeClaims, TokenSigner, generate_key
+from bidder.replay.admin_metrics import metric
 from bidder.replay.notice_recorder import NoticeRecorder
 from bidder.serve.settings import Settings
 from fcap.audit import OverDelivery, cap_over_delivery, claims_from_notice_urls, counted_times

@@ -18,8 +18,8 @@ from typing import Any
 
 from bidder.bidstream.generator import generate
 from bidder.bidstream.stream import StreamRecord, read_stream
-from bidder.chaos.observe import WATCHED_FLUSH_S
 from bidder.core.campaign_docs import load_campaign_file
+from bidder.replay.admin_metrics import WATCHED_FLUSH_S
 from bidder.serve.assemble import pacing_node_id
 from bidder.serve.server import RunningBidder, running_bidder
 from bidder.serve.settings import Settings

@@ -38,11 +38,11 @@ from bidder.bidstream.generator import generate
 from bidder.bidstream.identity_truth import person_keys, truth_graph
 from bidder.bidstream.stream import read_stream
 from bidder.chaos.harness import chaos_settings
-from bidder.chaos.ledger import read_ledger
-from bidder.chaos.observe import metric
 from bidder.core.campaign_docs import campaign_to_doc
 from bidder.core.campaigns import CAP_CLASSES, Campaign, CapPolicy, Creative, FrequencyCap
 from bidder.core.tokens import NoticeClaims, TokenSigner
+from bidder.replay.admin_metrics import metric
+from bidder.replay.ledger_audit import read_ledger
 from bidder.replay.notice_recorder import NoticeRecorder
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.serve.server import running_bidder

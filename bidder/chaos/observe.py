@@ -3,9 +3,8 @@
 ``Prober`` sends one known request (a fresh user each time, so caps never bite) every
 ``every_s`` beside the replay and keeps each answer with its send time: recovery is
 the time from a fault's end to the first bid again. ``RssSampler`` reads ``VmRSS``
-from ``/proc/<pid>/status`` of the workers on a thread. ``metric`` sums a
-Prometheus sample from the admin port (all workers: multi-process mode, dead
-workers' files included).
+from ``/proc/<pid>/status`` of the workers on a thread. The admin port's counters are
+read with ``bidder.replay.admin_metrics``.
 """
 
 from __future__ import annotations
@@ -20,11 +19,10 @@ from typing import Any
 
 import aiohttp
 import orjson
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Sample
 
 from bidder.adapters.valkey import connect_sync
 from bidder.core.ledger import LedgerEntry
+from bidder.replay.admin_metrics import samples
 from bidder.serve.settings import Settings
 from ids.snowflake import decode
 from pacing.lease import Lease
@@ -183,29 +181,6 @@ class RssSampler:
                     peaks[pid] = max(peaks.get(pid, 0), rss)
 
 
-WATCHED_FLUSH_S = 0.05
-"""The metrics flush interval of the bidders the chaos suite and the tests watch
-(``chaos_settings``): workers publish their counts that often."""
-
-
-async def samples(admin_url: str) -> list[Sample]:
-    """Every sample the admin port exposes (the workers' summed, the supervisor's),
-    including all a worker counted before the call: it reads after two flushes."""
-    await asyncio.sleep(2 * WATCHED_FLUSH_S)
-    text = await _metrics_text(admin_url)
-    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
-
-
-async def metric(admin_url: str, name: str, labels: dict[str, str] | None = None) -> float:
-    """The sum of ``name``'s samples matching ``labels``, from the admin port."""
-    wanted = (labels or {}).items()
-    return sum(
-        sample.value
-        for sample in await samples(admin_url)
-        if sample.name == name and all(sample.labels.get(k) == v for k, v in wanted)
-    )
-
-
 def held_leases(settings: Settings, nodes: Sequence[str]) -> dict[str, list[Lease]]:
     """Every lease ``nodes`` hold in Valkey now, by campaign (blocking)."""
     client = connect_sync(settings.valkey_url or "", cluster=settings.valkey_cluster, timeout_s=2.0)
@@ -270,12 +245,3 @@ async def histogram(admin_url: str, name: str) -> HistogramSnapshot:
             le = float(sample.labels["le"])
             buckets[le] = buckets.get(le, 0.0) + sample.value
     return HistogramSnapshot(buckets)
-
-
-async def _metrics_text(admin_url: str) -> str:
-    timeout = aiohttp.ClientTimeout(total=10.0)
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as session,
-        session.get(f"{admin_url}/metrics") as resp,
-    ):
-        return await resp.text()

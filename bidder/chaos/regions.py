@@ -26,9 +26,9 @@ import redis
 from bidder.adapters.aws import aws_client
 from bidder.bidstream.stream import StreamRecord
 from bidder.chaos.harness import chaos_settings
-from bidder.chaos.ledger import distinct, read_ledger
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.tokens import TokenSigner
+from bidder.replay.ledger_audit import distinct, read_ledger
 from bidder.replay.notice_recorder import NoticeRecorder
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult

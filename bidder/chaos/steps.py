@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 import traceback
 from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
@@ -20,22 +19,18 @@ from bidder.chaos.harness import (
     campaign_budgets,
     chaos_settings,
 )
-from bidder.chaos.ledger import (
-    LedgerAudit,
-    spend_beyond_budgets,
-    wait_for_stream,
-    wait_for_totals,
-)
-from bidder.chaos.observe import metric
 from bidder.chaos.result import Checks, ScenarioResult
+from bidder.replay.ledger_audit import (
+    LEDGER_BOUND_S,
+    LedgerAudit,
+    acknowledged_bills,
+    audit_stream,
+    spend_beyond_budgets,
+)
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult
 from bidder.serve.settings import Settings
 from bidder.stack.local import LocalStack
-
-LEDGER_BOUND_S = 45.0
-"""How long the audit waits for the stream and the totals (a dead worker's spool is
-adopted by a live one within 30 s: ``SpendProducer.adopt_every_s``)."""
 
 
 async def replay_pass(
@@ -53,13 +48,6 @@ def split(stream: list[StreamRecord], counts: Sequence[int]) -> list[list[Stream
         out.append(stream[start : start + count])
         start += count
     return out
-
-
-async def acknowledged_bills(admin_url: str) -> int:
-    billed = await metric(admin_url, "bidsim_notices_total", {"outcome": "billed"})
-    for outcome in ("billed", "billed_late"):
-        billed += await metric(admin_url, "bidsim_deferred_replayed_total", {"outcome": outcome})
-    return int(billed)
 
 
 async def audit_money(
@@ -84,10 +72,7 @@ async def audit_ledger(
 ) -> LedgerAudit:
     """``audit_money`` for ``acknowledged`` bills from any number of bidders sharing
     ``settings``' spend stream and totals."""
-    # First until every acknowledged bill is in the stream, then until the totals agree
-    # with the stream as it is then (it is read again: late entries count on both sides).
-    await asyncio.to_thread(wait_for_stream, settings, acknowledged, bound_s, rogue_nodes)
-    audit = await asyncio.to_thread(wait_for_totals, settings, acknowledged, bound_s, rogue_nodes)
+    audit = await audit_stream(settings, acknowledged, bound_s, rogue_nodes)
     scenario.lost_ledger_entries = audit.lost
     scenario.figures.update(audit.figures())
     checks.expect("lost_ledger_entries", audit.lost, "==", 0)

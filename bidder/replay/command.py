@@ -29,6 +29,7 @@ import uvloop
 from bidder.bidstream.stream import StreamFile
 from bidder.core.campaigns import Campaign
 from bidder.replay.campaign_outcomes import Budget, budgets_of
+from bidder.replay.ledger_audit import acknowledged_bills, audit_line, audit_stream
 from bidder.replay.offline_days import OfflineSettings
 from bidder.replay.pacing_figures import (
     pacing_section,
@@ -88,6 +89,11 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
         help="a JSON report of this stream replayed with budgets too large to bind: the "
         "supply of the offline pacing figures",
     )  # fmt: skip
+    p.add_argument(
+        "--audit-ledger", action="store_true",
+        help="on the embedded stack, after the replay: every acknowledged bill in the spend "
+        "stream, and DynamoDB's totals equal to the ledger's sums",
+    )  # fmt: skip
     p.add_argument("--json", type=Path, metavar="OUT", help="also write the report as JSON")
     p.add_argument("--html", type=Path, metavar="OUT", help="also write the report as HTML")
     p.add_argument("--no-progress", action="store_true")
@@ -123,6 +129,8 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     check_out_dirs(args.json, args.html)
+    if args.audit_ledger and args.target:
+        raise ValueError("--audit-ledger audits the embedded stack: it cannot with --target")
     settings = settings_from_args(args, 0, 0)
     campaigns = _campaigns(settings)
     options = ReplayOptions(
@@ -273,7 +281,12 @@ def _replay_embedded(
                         )
                     await _until(start_at_ms)
                 target = f"{bidder.bid_url}/openrtb2/bid"
-                return await replay(records, target, options, not args.no_progress)
+                result = await replay(records, target, options, not args.no_progress)
+                if args.audit_ledger:
+                    flush_s = settings.metrics_flush_s
+                    acknowledged = await acknowledged_bills(bidder.admin_url, flush_s)
+                    result.ledger = (await audit_stream(settings, acknowledged)).figures()
+                return result
 
         return uvloop.run(run())
 
@@ -320,6 +333,8 @@ def print_report(
     print(render_table(result))
     pacing = report.get("pacing")
     print(settings_line(pacing) if pacing else "pacing: set by the bidder at --target")
+    if result.ledger is not None:
+        print(audit_line(result.ledger))
     if report.get("pacing_day"):
         print()
         print(render_pacing(report["pacing_day"]))

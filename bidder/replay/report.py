@@ -133,6 +133,8 @@ class ReplayResult:
     """Auctions sent through several SSPs (give it the bidder's ``PathPolicy``)."""
     campaigns: CampaignOutcomes = field(default_factory=CampaignOutcomes)
     """Per campaign (give it the campaigns' budgets to get budget and target figures)."""
+    ledger: dict[str, Any] | None = None
+    """The money audit after the replay (``ledger_audit``), when asked for."""
     supply_book: SupplyBook = field(default_factory=SupplyBook)
     """Per hour, who would have bought each imp had the campaigns above it not bid."""
     timeline: Timeline = field(default_factory=Timeline)
@@ -242,6 +244,7 @@ def to_json(result: ReplayResult) -> dict[str, Any]:
         "campaign_sources": SOURCES,
         "campaign_traced_answers": result.campaigns.traced,
         "supply_book": result.supply_book.json(),
+        "ledger": result.ledger,
         "timeline": timeline_json(result.timeline, result.warmup_s),
         "pushback": pushback_json(result.pushback, result.requests, result.auction.spend_micros),
         "viewability": view_json(result.views),

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bidder.chaos.observe import WATCHED_FLUSH_S
+from bidder.replay.admin_metrics import WATCHED_FLUSH_S
 from bidder.serve.server import load_campaigns
 from bidder.serve.settings import Settings
 from bidder.stack.child import free_port, held_port

@@ -96,7 +96,17 @@ def test_the_main_job_replays_a_stream_through_the_full_stack(tmp_path: Path) ->
         == 0
     )
     done = subprocess.run(
-        [BIDSIM, "replay", stream, "--json", report, "--html", page, "--no-progress"],
+        [
+            BIDSIM,
+            "replay",
+            stream,
+            "--json",
+            report,
+            "--html",
+            page,
+            "--no-progress",
+            "--audit-ledger",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -119,8 +129,24 @@ def test_the_main_job_replays_a_stream_through_the_full_stack(tmp_path: Path) ->
             first[cid] = first.get(cid, 0) + entry["spend_micros"][0]
     spent = {cid: c["spend_micros"] for cid, c in result["campaigns"].items() if c["spend_micros"]}
     assert {cid: micros for cid, micros in first.items() if micros} == spent and spent
+    ledger = result["ledger"]
+    assert ledger["lost_entries"] == 0 and ledger["ledger_equals_spend_totals"], ledger
+    assert ledger["acknowledged_bills"] > 0
+    assert f"{ledger['acknowledged_bills']:,} bills acknowledged" in done.stdout
     assert f"HTML report written to {page}" in done.stdout
     assert '<section id="campaigns">' in page.read_text()
+
+
+def test_a_ledger_audit_of_a_bidder_elsewhere_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    stream = tmp_path / "s.jsonl"
+    stream.write_text("")
+    code, err = _run(
+        capsys, "replay", str(stream), "--target", "http://127.0.0.1:9", "--audit-ledger"
+    )
+    assert code == 2 and "--audit-ledger" in err and "--target" in err
+    assert "Traceback" not in err
 
 
 def test_a_report_into_a_missing_directory_is_a_one_line_error(

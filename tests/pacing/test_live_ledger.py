@@ -23,10 +23,10 @@ import pytest
 from bidder.adapters.aws import aws_client
 from bidder.bidstream.generator import generate
 from bidder.bidstream.stream import read_stream
-from bidder.chaos.ledger import distinct, read_ledger
-from bidder.chaos.observe import samples
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.ledger import LedgerEntry
+from bidder.replay.admin_metrics import samples
+from bidder.replay.ledger_audit import distinct, read_ledger
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult
 from bidder.serve.server import running_bidder

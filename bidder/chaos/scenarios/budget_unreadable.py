@@ -26,10 +26,10 @@ from bidder.bidstream.stream import StreamRecord
 from bidder.chaos.faults import pause, resume
 from bidder.chaos.harness import ScenarioOptions, live_bidder, stream_file
 from bidder.chaos.harness import records as read_records
-from bidder.chaos.ledger import LedgerAudit
 from bidder.chaos.observe import Prober, bid_ms, first_bid_after, held_leases, wall_ms
 from bidder.chaos.result import ScenarioResult, check_ratio_drop, pass_summary, record_answers
 from bidder.chaos.steps import Run, audit_money, replay_pass, run_on_stack
+from bidder.replay.ledger_audit import LedgerAudit
 from bidder.replay.report import ReplayResult
 from pacing.lease import Lease
 

@@ -19,10 +19,10 @@ import inspect
 
 from bidder.bidstream.generator import generate
 from bidder.chaos.harness import ScenarioOptions, live_bidder, records, stream_file
-from bidder.chaos.observe import metric
 from bidder.chaos.result import ScenarioResult, pass_summary, record_answers
 from bidder.chaos.steps import Run, audit_money, check_budgets, replay_pass, run_on_stack
 from bidder.core.nobid import NoBid
+from bidder.replay.admin_metrics import metric
 from bidder.replay.report import ReplayResult
 
 NAME = "duplicate_auctions"

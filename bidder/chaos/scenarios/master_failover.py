@@ -62,9 +62,10 @@ from bidder.chaos.cap_audit import (
 )
 from bidder.chaos.faults import at_requests
 from bidder.chaos.harness import Live, ScenarioOptions, live_bidder, records, stream_file
-from bidder.chaos.observe import Prober, first_bid_after, metric, wall_ms
+from bidder.chaos.observe import Prober, first_bid_after, wall_ms
 from bidder.chaos.result import ScenarioResult, check_ratio_drop, pass_summary, record_answers
 from bidder.chaos.steps import Run, audit_money, check_budgets, replay_pass, run_on_stack, split
+from bidder.replay.admin_metrics import metric
 from bidder.replay.notice_recorder import NoticeRecorder
 from bidder.replay.report import ReplayResult
 from bidder.stack.local import LocalStack

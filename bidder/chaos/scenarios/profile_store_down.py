@@ -35,9 +35,10 @@ from bidder.chaos.harness import (
     records,
     stream_file,
 )
-from bidder.chaos.observe import metric, until_probe
+from bidder.chaos.observe import until_probe
 from bidder.chaos.result import ScenarioResult, check_ratio_drop, pass_summary, record_answers
 from bidder.chaos.steps import Run, replay_pass, run_on_stack
+from bidder.replay.admin_metrics import metric
 from bidder.replay.report import ReplayResult
 from models.cli import add_commands
 

@@ -37,8 +37,9 @@ from bidder.chaos.regions import (
     replay_spread,
 )
 from bidder.chaos.result import ScenarioResult, pass_summary, record_answers
-from bidder.chaos.steps import Run, acknowledged_bills, audit_ledger, check_budgets, run_on_stack
+from bidder.chaos.steps import Run, audit_ledger, check_budgets, run_on_stack
 from bidder.core.campaign_docs import campaign_to_doc
+from bidder.replay.ledger_audit import acknowledged_bills
 from bidder.replay.spread import by_ssp
 from bidder.stack.regions import LocalRegions
 from fcap.replicate import Link

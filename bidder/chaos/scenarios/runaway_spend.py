@@ -36,7 +36,6 @@ from bidder.chaos.harness import (
     records,
     stream_file,
 )
-from bidder.chaos.ledger import LedgerAudit, distinct, read_ledger
 from bidder.chaos.observe import Background, bid_ms, held_leases, wall_ms
 from bidder.chaos.result import (
     Checks,
@@ -49,6 +48,7 @@ from bidder.chaos.rogue import ROGUE_NODE, RogueNode, target_micros_per_s
 from bidder.chaos.steps import Run, audit_money, replay_pass, run_on_stack
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.campaigns import Campaign
+from bidder.replay.ledger_audit import LedgerAudit, distinct, read_ledger
 from bidder.replay.report import ReplayResult
 from bidder.serve.settings import Settings
 

@@ -25,9 +25,9 @@ from bidder.chaos.harness import (
     records,
     stream_file,
 )
-from bidder.chaos.observe import metric
 from bidder.chaos.result import ScenarioResult, check_ratio_drop, pass_summary, record_answers
 from bidder.chaos.steps import Run, audit_money, check_budgets, replay_pass, run_on_stack, split
+from bidder.replay.admin_metrics import metric
 from bidder.replay.report import ReplayResult
 
 NAME = "spend_stream_down"

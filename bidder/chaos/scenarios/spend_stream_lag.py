@@ -34,12 +34,13 @@ import asyncio
 import math
 
 from bidder.chaos.harness import ScenarioOptions, live_bidder, records, stream_file
-from bidder.chaos.observe import Background, bid_ms, held_leases, metric, until_probe, wall_ms
+from bidder.chaos.observe import Background, bid_ms, held_leases, until_probe, wall_ms
 from bidder.chaos.result import ScenarioResult, pass_summary, record_answers
 from bidder.chaos.scenarios.reconciler_stall import spend_since, stall_campaigns
 from bidder.chaos.steps import Run, audit_money, replay_pass, run_on_stack, split
 from bidder.chaos.stream_delay import StreamDelay
 from bidder.core.ledger import LedgerEntry
+from bidder.replay.admin_metrics import metric
 from bidder.replay.report import ReplayResult
 from bidder.serve.settings import Settings
 from pacing.lease import chunk_micros

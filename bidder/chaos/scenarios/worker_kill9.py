@@ -35,9 +35,10 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from bidder.adapters.valkey import connect_sync
 from bidder.chaos.faults import at_requests, kill9
 from bidder.chaos.harness import Live, ScenarioOptions, live_bidder, records, stream_file
-from bidder.chaos.observe import WATCHED_FLUSH_S, Prober, first_bid_after, probe
+from bidder.chaos.observe import Prober, first_bid_after, probe
 from bidder.chaos.result import ScenarioResult, check_ratio_drop, pass_summary, record_answers
 from bidder.chaos.steps import Run, audit_money, check_budgets, replay_pass, run_on_stack, split
+from bidder.replay.admin_metrics import WATCHED_FLUSH_S
 from bidder.replay.report import ReplayResult
 from bidder.serve.assemble import pacing_node_id
 from bidder.serve.workers import Restart

@@ -47,9 +47,9 @@ from bidder.chaos.cap_audit import (
     audit_delivered,
     with_recorded_notices,
 )
-from bidder.chaos.ledger import read_ledger
-from bidder.chaos.observe import samples
 from bidder.core.tokens import TokenSigner
+from bidder.replay.admin_metrics import samples
+from bidder.replay.ledger_audit import read_ledger
 from bidder.replay.notice_recorder import NoticeRecorder
 from bidder.replay.replayer import ReplayOptions, ReplayResult, replay
 from bidder.replay.report import status_classes

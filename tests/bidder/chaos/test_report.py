@@ -13,11 +13,11 @@ from bidder.chaos import ScenarioResult, UnknownScenario, render_table
 from bidder.chaos.cli import main
 from bidder.chaos.faults import at_requests
 from bidder.chaos.harness import FAULT_RATIO_MARGIN, SHORT_DROP_MARGIN, ScenarioOptions
-from bidder.chaos.ledger import spend_beyond_budgets, sums_by_campaign
 from bidder.chaos.observe import ProbeAnswer, first_bid_after
 from bidder.chaos.result import Checks, check_ratio_drop
 from bidder.chaos.runner import SCENARIOS, any_failed, select
 from bidder.core.ledger import LedgerEntry
+from bidder.replay.ledger_audit import spend_beyond_budgets, sums_by_campaign
 from bidder.replay.report import ReplayResult
 
 DAY_MS = 86_400_000

@@ -19,8 +19,8 @@ import pytest
 
 from bidder.bidstream.generator import generate
 from bidder.bidstream.stream import read_stream
-from bidder.chaos.observe import metric
 from bidder.replay._duplicates import DuplicateSummary
+from bidder.replay.admin_metrics import metric
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult
 from bidder.serve.server import running_bidder

@@ -28,7 +28,7 @@ import redis
 from bidder.adapters.aws import aws_client
 from bidder.bidstream.generator import generate
 from bidder.bidstream.stream import read_stream
-from bidder.chaos.ledger import distinct, read_ledger
+from bidder.replay.ledger_audit import distinct, read_ledger
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.serve.assemble import pacing_node_id
 from bidder.serve.server import running_bidder

@@ -40,11 +40,11 @@ import pytest
 from bidder.adapters.aws import aws_client
 from bidder.bidstream.generator import generate
 from bidder.bidstream.stream import read_stream
-from bidder.chaos.ledger import read_ledger
-from bidder.chaos.observe import metric
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.core.ledger import LedgerEntry
 from bidder.core.tokens import TokenSigner
+from bidder.replay.admin_metrics import metric
+from bidder.replay.ledger_audit import read_ledger
 from bidder.replay.notice_recorder import NoticeRecorder, RecordedNotice
 from bidder.replay.replayer import ReplayOptions, ReplayResult, replay
 from bidder.serve.server import running_bidder

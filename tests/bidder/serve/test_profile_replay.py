@@ -15,7 +15,7 @@ import pytest
 
 from bidder.bidstream.generator import generate
 from bidder.bidstream.stream import read_stream
-from bidder.chaos.observe import samples
+from bidder.replay.admin_metrics import samples
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.serve.server import running_bidder
 from bidder.serve.settings import Settings

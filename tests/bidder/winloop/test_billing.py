@@ -18,10 +18,10 @@ import redis
 import redis.asyncio as aioredis
 
 from bidder.adapters.aws import aws_client
-from bidder.chaos.ledger import read_ledger
 from bidder.core.clock import ManualClock
 from bidder.core.ledger import LedgerEntry
 from bidder.core.tokens import NoticeClaims, TokenSigner
+from bidder.replay.ledger_audit import read_ledger
 from bidder.winloop.billable import BillingOutcome
 from bidder.winloop.billing import (
     BilledImpression,

@@ -23,8 +23,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from bidder.adapters.aws import aws_client
-from bidder.chaos.ledger import read_ledger
 from bidder.core.clock import ManualClock
+from bidder.replay.ledger_audit import read_ledger
 from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import prepare_resources
 from bidder.serve.settings import Settings

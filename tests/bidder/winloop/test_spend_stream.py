@@ -20,10 +20,10 @@ import pytest
 import pytest_asyncio
 
 from bidder.adapters.aws import aws_client
-from bidder.chaos.ledger import read_records
 from bidder.core.clock import ManualClock
 from bidder.core.ledger import LedgerEntry
 from bidder.core.tokens import TokenSigner
+from bidder.replay.ledger_audit import read_records
 from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import prepare_resources
 from bidder.serve.settings import Settings

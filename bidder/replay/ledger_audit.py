@@ -1,7 +1,8 @@
 """Money measurements: acknowledged bills vs the spend stream vs DynamoDB's totals.
 
-After a scenario's replay, while the bidder still runs (workers ship their spools,
-adopt dead workers' segments, the reconciler applies what it reads):
+After a replay (a chaos scenario's, or ``bidsim replay --audit-ledger`` on the embedded
+stack), while the bidder still runs (workers ship their spools, adopt dead workers'
+segments, the reconciler applies what it reads):
 
 - *acknowledged* bills are what the workers answered as billed
   (``bidsim_notices_total{outcome="billed"}``) plus journaled notices billed later
@@ -20,6 +21,7 @@ Snowflake node id and are kept apart from the bidder's.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Collection
@@ -28,11 +30,15 @@ from typing import Any
 
 from bidder.adapters.aws import aws_client
 from bidder.core.ledger import LedgerEntry, decode_entry
+from bidder.replay.admin_metrics import WATCHED_FLUSH_S, metric
 from bidder.serve.settings import Settings
 from pacing.curves import day_of
 from pacing.spend_table import SpendTable
 
 _POLL_S = 0.3
+LEDGER_BOUND_S = 45.0
+"""How long an audit waits for the stream and the totals (a dead worker's spool is
+adopted by a live one within 30 s: ``SpendProducer.adopt_every_s``)."""
 
 
 def read_records(kinesis: Any, stream: str) -> list[tuple[str, LedgerEntry]]:
@@ -86,10 +92,44 @@ class LedgerAudit:
         return {
             "acknowledged_bills": self.acknowledged,
             "streamed_entries": self.streamed,
+            "lost_entries": self.lost,
             "injected_entries": self.injected,
             "ledger_equals_spend_totals": self.totals_match,
             "totals_mismatches": self.mismatches,
         }
+
+
+async def acknowledged_bills(admin_url: str, flush_s: float = WATCHED_FLUSH_S) -> int:
+    """The bills a bidder answered as billed, at once or from its journal later
+    (``flush_s``: its ``--metrics-flush-s``)."""
+    billed = await metric(admin_url, "bidsim_notices_total", {"outcome": "billed"}, flush_s)
+    for outcome in ("billed", "billed_late"):
+        labels = {"outcome": outcome}
+        billed += await metric(admin_url, "bidsim_deferred_replayed_total", labels, flush_s)
+    return int(billed)
+
+
+async def audit_stream(
+    settings: Settings,
+    acknowledged: int,
+    bound_s: float = LEDGER_BOUND_S,
+    rogue_nodes: Collection[int] = (),
+) -> LedgerAudit:
+    """First until every acknowledged bill is in the stream, then until the totals agree
+    with the stream as it is then (it is read again: late entries count on both sides);
+    each wait at most ``bound_s``."""
+    await asyncio.to_thread(wait_for_stream, settings, acknowledged, bound_s, rogue_nodes)
+    return await asyncio.to_thread(wait_for_totals, settings, acknowledged, bound_s, rogue_nodes)
+
+
+def audit_line(figures: dict[str, Any]) -> str:
+    """An audit's figures in one line of the terminal report."""
+    totals = "equal" if figures["ledger_equals_spend_totals"] else "NOT equal"
+    return (
+        f"ledger: {figures['acknowledged_bills']:,} bills acknowledged,"
+        f" {figures['streamed_entries']:,} entries in the spend stream,"
+        f" {figures['lost_entries']:,} lost; DynamoDB totals {totals} to the ledger's sums"
+    )
 
 
 def read_audit(
