@@ -26,6 +26,7 @@ from fcap.capper import FrequencyCapper
 from fcap.rules import Subject
 from fcap.store import CheckResult, CountOutcome, FcapStore, FcapUnavailable, connect
 from tests.fcap.support import DAY_S, T0, cap, far_deadline, new_user, one_subject
+from tests.valkey_replies import caught_up
 
 pytestmark = pytest.mark.asyncio
 OPEN = one_subject(cap("campaign", "fixed", DAY_S, 3), cid="open")
@@ -79,13 +80,16 @@ def _capped(result: CheckResult) -> tuple[set[Subject], frozenset[Subject]]:
 
 
 async def _check_while_paused(store: FcapStore, private: LocalStack) -> FcapUnavailable:
-    """A check while the server is stopped (SIGSTOP); it is resumed before returning."""
+    """A check while the server is stopped (SIGSTOP); it is resumed, and has answered the
+    paused call, before returning."""
     _signal(private, signal.SIGSTOP)
     try:
         with pytest.raises(FcapUnavailable) as caught:
             await _check(store)
     finally:
         _signal(private, signal.SIGCONT)
+    assert store.pipelined is not None
+    await caught_up(store.pipelined)
     return caught.value
 
 

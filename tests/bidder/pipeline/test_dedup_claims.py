@@ -37,6 +37,7 @@ from bidder.supply.files import DirectorySource, SupplyCache
 from bidder.supply.path import PathPolicy
 from bidder.supply.schain import SupplyFiles
 from tests.published import sample
+from tests.valkey_replies import caught_up
 
 WINDOW_MS = 1000
 HOLD_S = 0.003
@@ -424,6 +425,7 @@ async def test_a_claim_that_timed_out_lands_and_keeps_its_connection(
                 late = await decide(dedup, context("ssp-a", tid), clock.monotonic() + 0.05)
             finally:
                 os.killpg(private_valkey.pid, signal.SIGCONT)
+            await caught_up(valkey)
             # Answered after the late claim's reply, which lands and goes to nobody.
             again = await decide(dedup, context("ssp-b", tid), clock.monotonic() + 0.05)
             assert (late, again, valkey.dropped) == (None, NoBid.DUPLICATE_AUCTION, 1)
