@@ -50,8 +50,9 @@ PASSES = (("warmup", 20, 800, 800), ("baseline", 21, 1500, 4000), ("fault", 22, 
           ("after", 23, 400, 1000))  # fmt: skip
 DEADLINE_MARGIN_SHARE = 0.03
 """Deadline no-bids the fault pass may show beyond the baseline, as a share of the
-pass: loaded warm passes showed 0-22; the failure guarded against (the loop waiting on
-a hung store read) costs every request of that second."""
+pass, in a full run (the short form allows ``ScenarioOptions.drop_margin``): loaded warm
+passes showed 0-22; the failure guarded against (the loop waiting on a hung store read)
+costs every request of that second."""
 LAPSE_BOUND_S = 20.0
 
 
