@@ -22,10 +22,16 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from hypothesis import settings
 
 from bidder.stack.cluster import LocalValkeyCluster
 from bidder.stack.local import LocalStack
 from bidder.stack.regions import LocalRegions
+
+# No per-example time limit: hypothesis's default (200 ms) is a timed assert, and on 2
+# shared cores a GC pass or the neighbouring test process can exceed it.
+settings.register_profile("bidsim", deadline=None)
+settings.load_profile("bidsim")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -16,7 +16,7 @@ from tests.fcap.support import T0, new_user
 LIVE_SLOTS = [regions.slot(f"tok{n:03d}zzzzz", r) for n in range(3) for r in ("eu", "us")]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     st.lists(st.tuples(st.sampled_from(LIVE_SLOTS), st.integers(1, 50)), max_size=12),
     st.randoms(use_true_random=False),

@@ -13,9 +13,7 @@ from fcap.store import FcapStore, connect
 from tests.fcap.support import HOUR_S, T0, cap, new_user, one_subject
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     hours=st.sampled_from([1, 2, 6, 24]),
     limit=st.integers(1, 4),

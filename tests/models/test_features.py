@@ -75,7 +75,7 @@ profiles = st.none() | st.builds(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(data=st.data(), profile=profiles, now_ms=st.integers(0, 2**42))
 def test_serving_rows_equal_the_training_rows(
     world: World, data: st.DataObject, profile: Profile | None, now_ms: int

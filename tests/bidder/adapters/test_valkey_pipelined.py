@@ -123,7 +123,7 @@ async def test_a_call_whose_limit_has_passed_is_never_sent(
     assert pipelined.commands == commands + 1
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.lists(st.tuples(st.integers(0, 70_000), st.booleans()), min_size=1, max_size=40))
 def test_replies_reach_the_callers_still_waiting_in_order(
     valkey_url: str, calls: list[tuple[int, bool]]

@@ -402,7 +402,7 @@ def decode_tc_string(text: str) -> tuple[int, TcfConsent]:
 _tcf = tc_consents(st.frozensets(st.integers(1, 2000), max_size=40))
 
 
-@settings(max_examples=60, deadline=None, database=None)
+@settings(max_examples=60, database=None)
 @given(_tcf)
 def test_tcf_encoding_round_trips(consent: TcfConsent) -> None:
     text = encode_tc_string(consent)

@@ -103,7 +103,7 @@ _SAMPLES = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(values=_SAMPLES)
 def test_a_histogram_publishes_what_the_library_itself_would(values: list[float]) -> None:
     for value in values:

@@ -216,14 +216,14 @@ def test_policy_rejects_impossible_ids() -> None:
 _consents = tc_consents(st.frozensets(st.integers(1, 3000), max_size=30), restrictions=True)
 
 
-@settings(max_examples=100, deadline=None, database=None)
+@settings(max_examples=100, database=None)
 @given(_consents, st.booleans())
 def test_decoding_round_trips_bit_fields_and_ranges(consent: TcfConsent, ranges: bool) -> None:
     text = encode_tc_string(consent, range_encoding=ranges)
     assert decode_core(text).to_consent() == consent
 
 
-@settings(max_examples=100, deadline=None, database=None)
+@settings(max_examples=100, database=None)
 @given(_consents, st.integers(1, 3000))
 def test_the_bid_path_view_agrees_with_the_full_decode(consent: TcfConsent, vendor: int) -> None:
     text = encode_tc_string(consent)
@@ -237,7 +237,7 @@ def test_the_bid_path_view_agrees_with_the_full_decode(consent: TcfConsent, vend
     assert list(view.restrictions) == covering
 
 
-@settings(max_examples=300, deadline=None, database=None)
+@settings(max_examples=300, database=None)
 @given(st.text(max_size=80) | st.binary(max_size=60).map(lambda b: b.hex()))
 def test_the_decoder_only_ever_raises_tcf_error(text: str) -> None:
     for decode in (decode_core, lambda t: vendor_view(t, US)):

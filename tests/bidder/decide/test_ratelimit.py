@@ -81,7 +81,7 @@ def test_metrics_label_is_the_partner_or_other() -> None:
     assert rl.label("anything") == OTHER
 
 
-@settings(max_examples=100, deadline=None, database=None)
+@settings(max_examples=100, database=None)
 @given(
     st.floats(0.5, 5000),
     st.integers(1, 100),

@@ -78,7 +78,7 @@ def test_every_figure_is_listed_and_series_are_not() -> None:
     assert "latency_ms.uncorrected.p99_9" in text and "verdict: no latency regression" in text
 
 
-@settings(deadline=None, max_examples=40)  # each example resamples a histogram
+@settings(max_examples=40)
 @given(st.lists(st.integers(1, 1_000_000), min_size=1, max_size=200), st.sampled_from([50, 99]))
 def test_the_interval_of_a_run_against_itself_holds_zero(samples: list[int], pct: int) -> None:
     histogram = new_latency_histogram()

@@ -13,7 +13,7 @@ import orjson
 import pytest
 import pytest_asyncio
 from hdrh.histogram import HdrHistogram
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bidder.cli import main
@@ -205,7 +205,6 @@ async def test_chromium_reports_a_resource_that_fails_to_load(tmp_path: Path) ->
     assert loaded.failed != []
 
 
-@settings(deadline=None)  # each example allocates a 60 s histogram: slow on a busy machine
 @given(st.lists(st.integers(1, 10_000_000), min_size=1, max_size=300))
 def test_the_percentile_curve_rises_to_the_maximum(samples: list[int]) -> None:
     histogram: HdrHistogram = new_latency_histogram()

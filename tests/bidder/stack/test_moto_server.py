@@ -76,7 +76,7 @@ def _expected(shard: Shard, after: int, limit: int | None) -> tuple[list[Any], i
     return found, found[-1].sequence_number, int((newest.created_at - found[-1].created_at) * 1000)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     records=st.integers(0, 40),
     after=st.integers(-1, 45),

@@ -129,13 +129,13 @@ def _unique(records: list[AdsRecord]) -> tuple[AdsRecord, ...]:
     return tuple({(r.domain, r.account_id): r for r in records}.values())
 
 
-@settings(max_examples=200, deadline=None, database=None)
+@settings(max_examples=200, database=None)
 @given(st.text() | st.binary())
 def test_the_parser_never_raises_on_arbitrary_input(text: str | bytes) -> None:
     parse_ads_txt(text)
 
 
-@settings(max_examples=200, deadline=None, database=None)
+@settings(max_examples=200, database=None)
 @given(st.lists(_records, max_size=6).map(_unique), st.lists(_variables, max_size=3))
 def test_what_is_written_parses_back_the_same(
     records: tuple[AdsRecord, ...], variables: list[tuple[str, str]]
@@ -159,7 +159,7 @@ _lines = st.lists(
 ).map("\n".join)
 
 
-@settings(max_examples=200, deadline=None, database=None)
+@settings(max_examples=200, database=None)
 @given(_lines)
 def test_what_it_accepts_round_trips(text: str) -> None:
     parsed = parse_ads_txt(text)

@@ -107,13 +107,13 @@ _files = st.builds(
 )
 
 
-@settings(max_examples=150, deadline=None, database=None)
+@settings(max_examples=150, database=None)
 @given(st.text() | st.binary())
 def test_the_parser_never_raises_on_arbitrary_input(text: str | bytes) -> None:
     parse_sellers_json(text)
 
 
-@settings(max_examples=150, deadline=None, database=None)
+@settings(max_examples=150, database=None)
 @given(_files)
 def test_what_is_written_parses_back_the_same(sellers_json: SellersJson) -> None:
     text = write_sellers_json(sellers_json)
@@ -138,7 +138,7 @@ _seller_docs = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=150, deadline=None, database=None)
+@settings(max_examples=150, database=None)
 @given(
     st.dictionaries(st.sampled_from(["sellers", "version", "identifiers"]), _json)
     | st.fixed_dictionaries({"sellers": st.lists(_seller_docs | _json, max_size=5)})
