@@ -103,6 +103,9 @@ class CampaignOutcome:
     """Spend by simulated hour of day (the won request's ``ts``)."""
     eligible: int = 0
     capped: int = 0
+    eligible_by_hour: list[int] = field(default_factory=lambda: [0] * 24)
+    capped_by_hour: list[int] = field(default_factory=lambda: [0] * 24)
+    """Eligible and capped answers by simulated hour of day (the request's ``ts``)."""
     shading_sum: float = 0.0
     shaded_bids: int = 0
     clicks: int = 0
@@ -154,13 +157,19 @@ class CampaignOutcomes:
                 outcome.click_recorded_wins += 1
                 outcome.clicks += win.clicked
 
-    def note_trace(self, trace: TraceFigures) -> None:
-        """A measured answer's ``X-Campaign-Trace``, read back."""
+    def note_trace(self, trace: TraceFigures, ts: int) -> None:
+        """A measured answer's ``X-Campaign-Trace``, read back; ``ts``: its request's
+        simulated instant."""
         self.traced += 1
+        hour = hour_of_day(ts)
         for cid in trace.eligible:
-            self._outcome(cid).eligible += 1
+            outcome = self._outcome(cid)
+            outcome.eligible += 1
+            outcome.eligible_by_hour[hour] += 1
         for cid in trace.capped:
-            self._outcome(cid).capped += 1
+            outcome = self._outcome(cid)
+            outcome.capped += 1
+            outcome.capped_by_hour[hour] += 1
         for cid, ratio in trace.shading:
             outcome = self._outcome(cid)
             outcome.shading_sum += ratio
@@ -238,6 +247,8 @@ def _traced(traced: int, o: CampaignOutcome) -> dict[str, Any]:
     return {
         "requests_eligible": o.eligible if traced else None,
         "capped_no_bids": o.capped if traced else None,
+        "requests_eligible_by_hour": list(o.eligible_by_hour) if traced else None,
+        "capped_no_bids_by_hour": list(o.capped_by_hour) if traced else None,
         "avg_shading": shading if traced else None,
     }
 

@@ -84,8 +84,10 @@ def pacing_section(
         entry["offline_supply"] = None if supply is None else source
         entry["limits"] = limits(figures, budget, supply)
         entry["live_above_offline_supply"] = live_above_supply(spend, supply)
+        at_rate_1 = calibration.get(cid)
         entry["capped_share"] = {
-            "live": capped_share(figures), "supply_from": capped_share(calibration.get(cid))
+            "live": capped_share(figures), "supply_from": capped_share(at_rate_1),
+            "widest_hours": widest_capped_hours(figures, at_rate_1),
         }  # fmt: skip
         section[cid] = entry
     return section
@@ -103,6 +105,40 @@ def capped_share(figures: Mapping[str, Any] | None) -> float | None:
     if not eligible or capped is None:
         return None
     return round(capped / eligible, 4)
+
+
+WIDEST_HOURS = 3
+MIN_HOUR_ELIGIBLE = 20
+"""Eligible requests an hour needs on both sides for its capped shares to be compared."""
+
+
+def widest_capped_hours(
+    live: Mapping[str, Any] | None, supply_from: Mapping[str, Any] | None
+) -> list[dict[str, Any]] | None:
+    """The hours (at most ``WIDEST_HOURS``, widest first) in which the ``--supply-from``
+    replay's caps refused a larger share of the eligible requests than live's, by more
+    than ``CAPPED_GAP``; None where either report lacks the hourly trace counts."""
+    live_shares, rate_1_shares = _hourly_capped_shares(live), _hourly_capped_shares(supply_from)
+    if live_shares is None or rate_1_shares is None:
+        return None
+    gaps = [
+        (at_rate_1 - paced, hour, paced, at_rate_1)
+        for hour, (paced, at_rate_1) in enumerate(zip(live_shares, rate_1_shares, strict=True))
+        if paced is not None and at_rate_1 is not None and at_rate_1 - paced > CAPPED_GAP
+    ]
+    widest = sorted(gaps, reverse=True)[:WIDEST_HOURS]
+    return [{"hour": hour, "live": paced, "supply_from": s} for _, hour, paced, s in widest]
+
+
+def _hourly_capped_shares(figures: Mapping[str, Any] | None) -> list[float | None] | None:
+    eligible = (figures or {}).get("requests_eligible_by_hour")
+    capped = (figures or {}).get("capped_no_bids_by_hour")
+    if not eligible or capped is None:
+        return None
+    return [
+        round(c / e, 4) if e >= MIN_HOUR_ELIGIBLE else None
+        for c, e in zip(capped, eligible, strict=True)
+    ]
 
 
 def _offline(
@@ -241,6 +277,12 @@ def render_pacing(section: Mapping[str, Mapping[str, Any]]) -> str:
                 f" --supply-from replay, {live:.1%} live: bidding on every request it reaches"
                 " its caps sooner, so the simulator's supply is short"
             )
+            if capped.get("widest_hours"):
+                hours = ", ".join(
+                    f"{h['hour']:02d}h {h['supply_from']:.0%} against {h['live']:.0%}"
+                    for h in capped["widest_hours"]
+                )
+                lines.append(f"      widest apart in hours {hours}")
     lines.append(f"  supply: {supply_text(section)}; binds from 1.1x")
     return "\n".join(lines)
 
@@ -305,5 +347,5 @@ def limits_text(found: Mapping[str, float | None]) -> str:
 __all__ = [
     "BINDS_AT", "CAPPED_GAP", "KEYS", "SHED", "capped_share", "limits", "limits_text",
     "live_above_supply", "pacing_section", "render_pacing", "render_shed", "shed_share",
-    "sized", "supply_text",
+    "sized", "supply_text", "widest_capped_hours",
 ]  # fmt: skip

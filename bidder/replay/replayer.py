@@ -254,7 +254,7 @@ class _Replay:
         header = response.headers.get(_CAMPAIGN_TRACE_KEY)
         trace = None if header is None else parse_trace(header)
         if trace is not None:
-            result.campaigns.note_trace(trace)
+            result.campaigns.note_trace(trace, record.ts)
         times = response.headers.get(_STAGE_TIMES_KEY)
         if times is not None:
             outcome = "bid" if status == 200 else reason or str(status)

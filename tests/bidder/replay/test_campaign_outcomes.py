@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from bidder.bidstream.auction import Offer, Settlement, Win
 from bidder.core.campaigns import Campaign
+from bidder.pipeline.campaign_trace import TraceFigures
 from bidder.replay.campaign_outcomes import NO_CID, CampaignOutcomes, budgets_of, outcomes_json
 from bidder.replay.replayer import replay
 from bidder.replay.report import render_table, to_json
@@ -85,6 +86,24 @@ async def test_the_bidders_campaign_trace_is_counted_per_campaign(bidder):
     assert campaigns["k9"]["avg_shading"] is None  # it never bid
     # every request answered 'capped' had a campaign refused by a cap
     assert sum(c["capped_no_bids"] for c in campaigns.values()) >= report["nbr_reasons"]["capped"]
+    for c in campaigns.values():  # the hours add up to the day
+        assert sum(c["requests_eligible_by_hour"]) == c["requests_eligible"]
+        assert sum(c["capped_no_bids_by_hour"]) == c["capped_no_bids"]
+
+
+@given(st.lists(st.tuples(st.integers(0, DAY_MS - 1), st.booleans()), max_size=30))
+def test_traced_answers_are_counted_in_their_requests_hour(answers):
+    outcomes = CampaignOutcomes()
+    for offset, capped in answers:
+        trace = TraceFigures(eligible=("a",), capped=("a",) if capped else ())
+        outcomes.note_trace(trace, MIDNIGHT_MS + offset)
+    a = outcomes_json(outcomes).get("a")
+    eligible, capped_hours = [0] * 24, [0] * 24
+    for offset, capped in answers:
+        eligible[offset // 3_600_000] += 1
+        capped_hours[offset // 3_600_000] += capped
+    assert (a or {}).get("requests_eligible_by_hour", [0] * 24) == eligible
+    assert (a or {}).get("capped_no_bids_by_hour", [0] * 24) == capped_hours
 
 
 offers = st.lists(

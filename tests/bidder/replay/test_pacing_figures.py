@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.replay.campaign_outcomes import Budget
@@ -156,11 +157,43 @@ def test_the_report_names_caps_that_bound_sooner_in_the_supply_replay() -> None:
     }  # fmt: skip
     budgets = {"c": Budget(BUDGET, STANDARD)}
     entry = pacing_section({"c": live}, budgets, {"c": calibrated}, OFFLINE)["c"]
-    assert entry["capped_share"] == {"live": 0.05, "supply_from": 0.15}
+    assert entry["capped_share"] == {"live": 0.05, "supply_from": 0.15, "widest_hours": None}
     assert "refused 15.0% of its eligible requests in the" in render_pacing({"c": entry})
     even = pacing_section(
         {"c": live}, budgets, {"c": {**calibrated, "capped_no_bids": 60}}, OFFLINE
     )
     assert "frequency caps refused" not in render_pacing(even)
     untraced = pacing_section({"c": _campaign(_target())}, budgets, {"c": calibrated}, OFFLINE)
-    assert untraced["c"]["capped_share"] == {"live": None, "supply_from": 0.15}
+    assert untraced["c"]["capped_share"] == {
+        "live": None, "supply_from": 0.15, "widest_hours": None
+    }  # fmt: skip
+
+
+def _hourly(eligible: list[int], capped: list[int]) -> dict[str, Any]:
+    return {
+        "requests_eligible": sum(eligible), "capped_no_bids": sum(capped),
+        "requests_eligible_by_hour": eligible, "capped_no_bids_by_hour": capped,
+    }  # fmt: skip
+
+
+def test_the_hours_where_caps_differ_most_are_named_widest_first() -> None:
+    eligible = [100] * 24
+    live_capped = [10] * 24
+    at_rate_1 = [10] * 24
+    at_rate_1[19], at_rate_1[20], at_rate_1[21], at_rate_1[8] = 70, 50, 60, 11  # 8: within 2 pts
+    eligible_few = [100] * 24
+    eligible_few[20] = 19  # too few eligible: its share is not compared
+    live = {**_campaign(_target()), **_hourly(eligible, live_capped)}
+    calibrated = {
+        "spend_by_hour": [round(2 * t) for t in _target()], "ecpm_usd": 2.0,
+        **_hourly(eligible_few, at_rate_1),
+    }  # fmt: skip
+    budgets = {"c": Budget(BUDGET, STANDARD)}
+    entry = pacing_section({"c": live}, budgets, {"c": calibrated}, OFFLINE)["c"]
+    assert entry["capped_share"]["widest_hours"] == [
+        {"hour": 19, "live": 0.1, "supply_from": 0.7},
+        {"hour": 21, "live": 0.1, "supply_from": 0.6},
+    ]
+    assert "widest apart in hours 19h 70% against 10%, 21h 60% against 10%" in render_pacing(
+        {"c": entry}
+    )
