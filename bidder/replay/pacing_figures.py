@@ -84,10 +84,10 @@ def pacing_section(
         entry["offline_supply"] = None if supply is None else source
         entry["limits"] = limits(figures, budget, supply)
         entry["live_above_offline_supply"] = live_above_supply(spend, supply)
-        at_rate_1 = calibration.get(cid)
+        calibrated = calibration.get(cid)
         entry["capped_share"] = {
-            "live": capped_share(figures), "supply_from": capped_share(at_rate_1),
-            "widest_hours": widest_capped_hours(figures, at_rate_1),
+            "live": capped_share(figures), "supply_from": capped_share(calibrated),
+            "widest_hours": widest_capped_hours(figures, calibrated),
         }  # fmt: skip
         section[cid] = entry
     return section
@@ -127,7 +127,10 @@ def widest_capped_hours(
         if paced is not None and at_rate_1 is not None and at_rate_1 - paced > CAPPED_GAP
     ]
     widest = sorted(gaps, reverse=True)[:WIDEST_HOURS]
-    return [{"hour": hour, "live": paced, "supply_from": s} for _, hour, paced, s in widest]
+    return [
+        {"hour": hour, "live": paced, "supply_from": at_rate_1}
+        for _, hour, paced, at_rate_1 in widest
+    ]
 
 
 def _hourly_capped_shares(figures: Mapping[str, Any] | None) -> list[float | None] | None:
