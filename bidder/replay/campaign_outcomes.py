@@ -101,8 +101,6 @@ class CampaignOutcome:
     spend_micros: int = 0
     spend_by_hour: list[int] = field(default_factory=lambda: [0] * 24)
     """Spend by simulated hour of day (the won request's ``ts``)."""
-    eligible: int = 0
-    capped: int = 0
     eligible_by_hour: list[int] = field(default_factory=lambda: [0] * 24)
     capped_by_hour: list[int] = field(default_factory=lambda: [0] * 24)
     """Eligible and capped answers by simulated hour of day (the request's ``ts``)."""
@@ -163,13 +161,9 @@ class CampaignOutcomes:
         self.traced += 1
         hour = hour_of_day(ts)
         for cid in trace.eligible:
-            outcome = self._outcome(cid)
-            outcome.eligible += 1
-            outcome.eligible_by_hour[hour] += 1
+            self._outcome(cid).eligible_by_hour[hour] += 1
         for cid in trace.capped:
-            outcome = self._outcome(cid)
-            outcome.capped += 1
-            outcome.capped_by_hour[hour] += 1
+            self._outcome(cid).capped_by_hour[hour] += 1
         for cid, ratio in trace.shading:
             outcome = self._outcome(cid)
             outcome.shading_sum += ratio
@@ -245,8 +239,8 @@ def _traced(traced: int, o: CampaignOutcome) -> dict[str, Any]:
     """The figures of the bidder's campaign trace; null when no answer carried it."""
     shading = round(o.shading_sum / o.shaded_bids, 6) if o.shaded_bids else None
     return {
-        "requests_eligible": o.eligible if traced else None,
-        "capped_no_bids": o.capped if traced else None,
+        "requests_eligible": sum(o.eligible_by_hour) if traced else None,
+        "capped_no_bids": sum(o.capped_by_hour) if traced else None,
         "requests_eligible_by_hour": list(o.eligible_by_hour) if traced else None,
         "capped_no_bids_by_hour": list(o.capped_by_hour) if traced else None,
         "avg_shading": shading if traced else None,
