@@ -28,9 +28,11 @@ from tests.bidder.replay.test_replayer import bid_request
 
 pytestmark = pytest.mark.long(20)
 
-SMALL_LINES, LARGE_LINES = 2_000, 120_000
-PAGE = "https://news.example.com/" + "story-" * 100
-"""A request of about 700 bytes: the large stream is over 80 MB of lines."""
+SMALL_LINES, LARGE_LINES = 500, 30_000
+PAGE = "https://news.example.com/" + "story-" * 450
+"""A request of about 2.9 KB: the large stream is over 80 MB of lines. Few large lines,
+not many small ones: each line costs the replay a send, and what is measured is bytes
+held."""
 DAY0 = 1_767_225_600_000
 
 
