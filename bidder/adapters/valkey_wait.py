@@ -68,6 +68,11 @@ class Waiter:
                 tasks, timeout=until - loop.time(), return_when=asyncio.FIRST_EXCEPTION
             )
         except asyncio.CancelledError:
+            # A call may have failed in the same loop iteration as the cancel: nobody
+            # is left to see that failure.
+            for task in tasks:
+                if task.done():
+                    retrieve(task)
             self._leave(task for task in tasks if not task.done())
             raise
         # In call order: past the bound, the later calls are the ones cancelled.

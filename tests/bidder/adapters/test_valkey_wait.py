@@ -117,6 +117,37 @@ async def test_a_cancelled_caller_leaves_its_calls_running() -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_call_failing_as_its_caller_is_cancelled_is_not_reported_as_unretrieved() -> None:
+    """The call fails and the caller is cancelled in the same loop iteration, so the
+    caller's wait ends cancelled with the call already done: a server refusing the
+    connection while the request's deadline passes (a master killed on a Cluster)."""
+    reported: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    try:
+        failing = ready(error=OSError("refused"))
+        await cancelled_as_it_fails(failing)
+        await asyncio.sleep(0)  # the loop lets go of the call's task
+        gc.collect()  # an unretrieved failure is reported when its task is collected
+    finally:
+        loop.set_exception_handler(None)
+    assert failing.finished and reported == []
+
+
+async def cancelled_as_it_fails(call: Call) -> None:
+    """Cancel a caller of ``call`` right after the call's one step, keeping no reference
+    to the call's task (as ``times_out_and_forgets``)."""
+    caller = asyncio.create_task(Waiter().gather([call.run()], soon()))
+    await asyncio.sleep(0)  # the caller starts the call and waits for it
+    asyncio.get_running_loop().call_soon(caller.cancel)  # after the call's step
+    try:
+        await caller
+    except asyncio.CancelledError:
+        return
+    raise AssertionError("the caller was not cancelled")
+
+
+@pytest.mark.asyncio
 async def test_past_the_bound_a_late_call_is_cancelled() -> None:
     waiter, kept, over = Waiter(limit=1), Call(), Call()
     with pytest.raises(TimeoutError):
