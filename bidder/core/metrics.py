@@ -29,6 +29,12 @@ CAMPAIGN_REFRESHES = Counter(
     "bidsim_campaign_refreshes", "Campaign refreshes from the store by outcome.", ["outcome"]
 )
 INTERNAL_ERRORS = Counter("bidsim_internal_errors", "Bugs caught on the bid path (answered 204).")
+BACKGROUND_RESTARTS = Counter(
+    "bidsim_background_restarts",
+    "A worker's background jobs (lease refresher, ledger shipper, ...) started again after "
+    "a failure they did not handle, by job.",
+    ["job"],
+)
 
 NOBID_BY_REASON = {reason: NOBIDS.labels(reason.value) for reason in NoBid}
 

@@ -25,6 +25,9 @@ deferred journal are adopted by another process, the leases expire):
    then return them: ``pacing.refresher.return_leases``), the Snowflake id lease, the
    clients.
 
+Background jobs are kept running while the worker serves (``keep_running``): one that
+fails with an error it does not handle is logged, counted and started again.
+
 Bid requests racing the stop are not answered ``shutting_down``: one sent on an idle
 keep-alive connection just as it is closed meets the close (the usual keep-alive race;
 the exchange counts a no-bid), and the exchange's next connection lands on a live
@@ -38,13 +41,15 @@ import gc
 import logging
 import os
 import signal
+from functools import partial
 from multiprocessing.connection import Connection
 
 import uvloop
 
+from bidder.core import metrics
 from bidder.core.tasks import cancel_and_wait
 from bidder.serve._loads import WorkerStartError
-from bidder.serve.app import BidderState, build_server
+from bidder.serve.app import BidderState, Job, build_server
 from bidder.serve.assemble import build_state
 from bidder.serve.http.server import HttpServer
 from bidder.serve.settings import Settings
@@ -69,9 +74,50 @@ def run_worker(settings: Settings, parent_pid: int, conn: Connection) -> None:
         raise SystemExit(3) from None
 
 
+RESTART_FIRST_S = 0.5
+RESTART_MAX_S = 30.0
+"""A background job that fails is started again after ``RESTART_FIRST_S``, then twice as
+long after each failure in a row, up to this."""
+STABLE_S = 60.0
+"""A job that ran this long before failing starts again after ``RESTART_FIRST_S``."""
+
+
 async def start_background(state: BidderState) -> list[asyncio.Task[None]]:
-    """Start the state's background jobs (id lease renewal, ledger shipping)."""
-    return [asyncio.create_task(job()) for job in state.background]
+    """Start the state's background jobs (id lease renewal, ledger shipping), each kept
+    running (``keep_running``)."""
+    return [asyncio.create_task(keep_running(job)) for job in state.background]
+
+
+async def keep_running(job: Job, first_s: float = RESTART_FIRST_S) -> None:
+    """Run ``job`` until it returns or is cancelled, starting it again after a failure.
+
+    Each job handles the failures it expects (a store down, a stream unreachable) and
+    goes on; what escapes is a failure nobody foresaw (a Cluster client's own error
+    during a failover, a bug). Left dead, the job would stop the worker quietly: no
+    lease refresh means no heartbeat, so no budget and no bids, for as long as the
+    worker lives. So it is logged with its traceback, counted
+    (``bidsim_background_restarts_total``) and the job started again.
+    """
+    name = _job_name(job)
+    loop = asyncio.get_running_loop()
+    delay = first_s
+    while True:
+        started = loop.time()
+        try:
+            await job()
+            return
+        except Exception:
+            if loop.time() - started >= STABLE_S:
+                delay = first_s
+            metrics.BACKGROUND_RESTARTS.labels(name).inc()
+            log.exception("background job %s failed; starting it again in %.1f s", name, delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, RESTART_MAX_S)
+
+
+def _job_name(job: Job) -> str:
+    func = job.func if isinstance(job, partial) else job
+    return str(getattr(func, "__qualname__", type(func).__qualname__))
 
 
 async def stop_background(state: BidderState, tasks: list[asyncio.Task[None]]) -> None:

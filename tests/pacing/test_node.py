@@ -11,6 +11,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import SlotNotCoveredError
 
 from bidder.core.clock import ManualClock
 from bidder.core.nobid import NoBid
@@ -141,6 +142,23 @@ async def test_a_failed_refresh_keeps_spending_from_an_unexpired_lease(
     pacer, clock = _leased()
     assert not await refresh_once(pacer, LeaseReader(dead, "node-d"), clock)
     assert pacer.admit("c1", 1) is None
+
+
+class UncoveredSlot(LeaseReader):
+    """A Cluster client's view while its slot map has no node for the node's keys: it
+    raises its own error, not a ``RedisError``."""
+
+    async def refresh(self, now_ms: int) -> dict[str, Lease]:
+        raise SlotNotCoveredError('Slot "7" not covered by the cluster.')
+
+
+@pytest.mark.asyncio
+async def test_a_cluster_client_error_is_a_failed_refresh(dead: aioredis.Redis) -> None:
+    pacer, clock = _leased()
+    assert not await refresh_once(pacer, UncoveredSlot(dead, "node-s"), clock)
+    assert pacer.admit("c1", 1) is None
+    clock.advance(10.0)
+    assert pacer.admit("c1", 1) is NoBid.BUDGET_UNAVAILABLE
 
 
 @pytest.mark.asyncio
