@@ -13,7 +13,8 @@ the first cap check that read the promoted replica.
 
 Asserted: no 5xx, every request answered; the replica is promoted and the same
 worker processes bid again, bill, renew their Snowflake id leases and heartbeat with
-their pacing leases after it; the fail-closed campaign bids again for users of the
+their pacing leases after it, and no background job of theirs meets a failure it
+does not handle; the fail-closed campaign bids again for users of the
 killed shard; the cap over-delivery (``fcap.audit``) stays within its bound: every
 impression above a cap is explained by bids in flight or by a failed check or count.
 Timings (kill -> promotion, kill -> first fail-closed bid) are measured and printed
@@ -261,6 +262,7 @@ _SAMPLES = {
     "bidsim_deferred_replayed_total": ("replayed", "outcome"),
     "bidsim_fcap_store_errors_total": ("fcap_errors", "op"),
     "bidsim_deferred_depth": ("deferred_depth", None),
+    "bidsim_background_restarts_total": ("restarts", "job"),
 }
 
 
@@ -379,7 +381,15 @@ def test_every_worker_heartbeats_with_its_lease_refresh_after_the_failover(
     outcome: Outcome,
 ) -> None:
     beats = outcome.heartbeat_until_ms
-    assert len(beats) == 2 and min(beats) > _promoted(outcome) + HEARTBEAT_TTL_MS
+    assert len(beats) == 2 and min(beats) > _promoted(outcome) + HEARTBEAT_TTL_MS, summary(outcome)
+
+
+def test_every_failure_of_the_failover_is_one_its_job_handles(outcome: Outcome) -> None:
+    """A background job that met an error it does not handle is started again
+    (``bidder.serve.worker.keep_running``) and counted: the failover must cause none.
+    The worker's log (captured stderr) holds the traceback."""
+    restarts = {key: n for key, n in outcome.metrics.items() if key.startswith("restarts_")}
+    assert restarts == {}, summary(outcome)
 
 
 def test_cap_over_delivery_is_explained_by_bids_in_flight_or_failed_store_calls(
