@@ -61,7 +61,12 @@ class NoBid(enum.Enum):
     DEADLINE = "deadline"
     OVERLOADED = "overloaded"
     """Shed at once, body unparsed: in-flight bound reached or event loop lagging."""
+    IDS_UNAVAILABLE = "ids_unavailable"
+    """No Snowflake id to bill the bid under: the worker's id lease lapsed (Valkey gone
+    longer than a lease stays valid) or the clock stepped back past what the generator
+    absorbs (``ids``). No bid rather than a bid under an id another worker may issue."""
     INTERNAL_ERROR = "internal_error"
+    """A bug, caught: logged with its traceback and counted (``bidsim_internal_errors``)."""
 
     @property
     def nbr(self) -> int | None:
@@ -86,6 +91,7 @@ _NBR_CODES: dict[NoBid, int] = {
     NoBid.DEADLINE: 1,
     NoBid.OVERLOADED: 1,
     NoBid.INTERNAL_ERROR: 1,
+    NoBid.IDS_UNAVAILABLE: 1,
     NoBid.FCAP_UNAVAILABLE: 1,
     NoBid.BUDGET_UNAVAILABLE: 1,
     NoBid.SCORE_ERROR: 1,

@@ -301,7 +301,7 @@ class BidHandler:
             body = build_response(ctx, self._settings.seat, state.notice_urls, state.next_bid_id)
         except IdsUnavailable:  # no Snowflake id lease: no bid rather than a duplicate id
             metrics.IDS_UNAVAILABLE.inc()
-            return NoBid.INTERNAL_ERROR
+            return NoBid.IDS_UNAVAILABLE
         if ctx.times is not None:
             ctx.times.mark("respond")
         if state.clock.monotonic() > deadline:  # building the response took it past

@@ -99,7 +99,7 @@ def test_a_step_back_within_the_bound_still_bids_with_a_later_id(
     assert (_backwards("tolerated"), _backwards("refused")) == (tolerated + 1, refused)
 
 
-def test_a_step_back_past_the_bound_is_a_204_internal_error_not_a_bug(
+def test_a_step_back_past_the_bound_is_a_204_ids_unavailable_not_a_bug(
     stepping_bidder: tuple[LiveBidder, ClockStep],
 ) -> None:
     bidder, step = stepping_bidder
@@ -110,7 +110,7 @@ def test_a_step_back_past_the_bound_is_a_204_internal_error_not_a_bug(
     bugs = sample("bidsim_internal_errors_total")
     step.step_ms = REFUSED_STEP_MS
     answer = bidder.post(with_fresh_user(SIMPLE_BANNER))
-    assert (answer.status, answer.reason, answer.body) == (204, "internal_error", b"")
+    assert (answer.status, answer.reason, answer.body) == (204, "ids_unavailable", b"")
     assert _backwards("refused") == refused + 1
     # Answered as "no id", not caught as a bug in the bid path.
     assert sample("bidsim_ids_unavailable_total") == unavailable + 1

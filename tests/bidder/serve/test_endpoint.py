@@ -142,7 +142,7 @@ def test_without_a_snowflake_id_the_bid_path_answers_204(live_bidder: LiveBidder
         answer = live_bidder.post(SIMPLE_BANNER)
     finally:
         ids.grant(worker, live_bidder.state.clock.wall_ms() + 2_000)
-    assert (answer.status, answer.reason) == (204, "internal_error")
+    assert (answer.status, answer.reason) == (204, "ids_unavailable")
 
 
 def test_an_unknown_path_is_404(live_bidder: LiveBidder) -> None:

@@ -100,11 +100,15 @@ def test_no_request_gets_a_5xx(outcome: Outcome) -> None:
     assert status_classes(outcome.result.status)["5xx"] == 0
 
 
-def test_no_answer_after_start_up_is_an_internal_error_or_budget_unavailable(
+def test_no_answer_after_start_up_is_an_internal_error_or_a_missing_id_or_budget(
     outcome: Outcome,
 ) -> None:
     reasons = outcome.result.nbr_reasons
-    assert reasons["internal_error"] == 0 and reasons["budget_unavailable"] == 0
+    assert [reasons[r] for r in ("internal_error", "ids_unavailable", "budget_unavailable")] == [
+        0,
+        0,
+        0,
+    ]
 
 
 def test_every_worker_holds_pacing_leases_on_the_cluster(outcome: Outcome) -> None:
