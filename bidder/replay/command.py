@@ -31,6 +31,7 @@ from bidder.core.campaigns import Campaign
 from bidder.replay.campaign_outcomes import Budget, budgets_of
 from bidder.replay.ledger_audit import acknowledged_bills, audit_line, audit_stream
 from bidder.replay.offline_days import OfflineSettings
+from bidder.replay.options import DEFAULT_CONNECTIONS
 from bidder.replay.pacing_figures import (
     pacing_section,
     render_pacing,
@@ -74,6 +75,11 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     p.add_argument("--warmup", type=float, default=0.0, metavar="S", help="exclude the first S s")
     p.add_argument("--timeout-ms", type=float, default=100.0, help="client timeout (tmax)")
+    p.add_argument(
+        "--connections", type=int, default=DEFAULT_CONNECTIONS, metavar="N",
+        help="connections to the bidder kept open and used in turn, as an exchange's servers "
+        "keep theirs: the kernel spreads connections, not requests, over the bidder's workers",
+    )  # fmt: skip
     p.add_argument(
         "--clock", choices=("auto", "stream", "real"), default="auto",
         help="the bidder's wall clock: the stream's simulated one (each request arrives at "
@@ -139,6 +145,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         warmup_s=args.warmup,
         timeout_ms=args.timeout_ms,
+        connections=args.connections,
         deadline_ms=args.deadline_ms,
         duplicate_notices=args.duplicate_notices,
         reorder_notices=args.reorder_notices,

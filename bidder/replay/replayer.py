@@ -101,7 +101,12 @@ class _Replay:
         host, port, path = split_url(target)
         self._host, self._path = f"{host}:{port}", DEFAULT_PATH if path == "/" else path
         self._options = options
-        self._pool = HttpPool(host, port, max_connections=options.max_connections)
+        self._pool = HttpPool(
+            host,
+            port,
+            max_connections=options.max_connections,
+            spread=min(options.connections, options.max_connections),
+        )
         self._templates: dict[tuple[str, bool], RequestTemplate] = {}
         self._inflight = TaskSet()
         self.result = ReplayResult(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import socket
 import threading
@@ -23,7 +24,8 @@ class Server:
     """An aiohttp app that records what it saw; ``release`` frees held requests."""
 
     def __init__(self) -> None:
-        self.peers: set[int] = set()
+        self.peers: collections.Counter[int] = collections.Counter()
+        """Requests by the client's port: one entry per connection."""
         self.pending = 0
         self.max_pending = 0
         self.release = asyncio.Event()
@@ -42,7 +44,7 @@ class Server:
     async def bid(self, request: web.Request) -> web.Response:
         transport = request.transport
         assert transport is not None
-        self.peers.add(transport.get_extra_info("peername")[1])
+        self.peers[transport.get_extra_info("peername")[1]] += 1
         self.seen_headers.append(dict(request.headers))
         return web.Response(body=await request.read(), content_type="application/json")
 
@@ -145,6 +147,27 @@ async def test_sequential_requests_reuse_one_connection(server):
         await pool.request("POST", "/bid", b"{}", timeout_s=2)
     assert len(state.peers) == 1
     assert pool.open_connections == 1
+
+
+@pytest.mark.asyncio
+async def test_a_spread_pool_sends_in_turn_over_its_connections(aiohttp_server):
+    """Sequential requests, so one connection would do: a spread of 3 opens three and
+    uses them in turn, as an exchange's many connections share its requests."""
+    state = Server()
+    test_server = await aiohttp_server(state.app())
+    pool = HttpPool("127.0.0.1", test_server.port, max_connections=8, spread=3)
+    try:
+        for _ in range(9):
+            await pool.request("POST", "/bid", b"{}", timeout_s=2)
+    finally:
+        await pool.close()
+    assert sorted(state.peers.values()) == [3, 3, 3]
+
+
+@pytest.mark.parametrize("spread", [0, 9])
+def test_a_spread_outside_one_to_max_connections_is_refused(spread: int) -> None:
+    with pytest.raises(ValueError, match="spread"):
+        HttpPool("127.0.0.1", 1, max_connections=8, spread=spread)
 
 
 @pytest.mark.asyncio
