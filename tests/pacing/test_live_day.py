@@ -1,8 +1,8 @@
-"""Live acceptance, short form: a generated day replayed in two minutes on the stream's clock.
+"""Live acceptance, short form: a generated day replayed in a minute on the stream's clock.
 
 The whole embedded stack (two bid workers, the reconciler process) runs on the stream's
-simulated clock (720x: the one-minute day below sent at half speed, 120 s at 150 req/s;
-the pacing tick is 1 s, the calibration's 12 simulated minutes), with the campaigns that
+simulated clock (1440x: the one-minute day below sent at its pace, 60 s at 300 req/s;
+the pacing tick is 0.5 s, the calibration's 12 simulated minutes), with the campaigns that
 won enough in a calibration replay, their budgets sized so that spend at pacing rate 1
 is 1.5x the budget (``bidsim campaigns size``). The calibration is
 ``data/day-1m-calibration.json``, the campaigns of the report of::
@@ -27,12 +27,13 @@ acceptance, on that scale: every binding budget is spent and not past it (EOD at
 within 10 points of the simulator's range; the cumulative error is at most the
 simulator's worst plus 10 points; the ledger equals the DynamoDB totals. Hours in band
 are not compared: live had 0-5 of 24 (northwind) and 1-3 (ridgeway) over four runs,
-offline 2-7 and 3-10. Measured at full pace (1440x, 0.5 s ticks), four runs (notices
-debited to the worker that bid, kept leases renewed, the tail to fewer nodes): northwind
-live 0.915-0.983 against offline 0.970 (0.953-0.985); ridgeway 0.865-0.945 against 0.934
-(0.920-0.943), its tail (one impression at the maximum bid) 7% of its budget. One run's
-ridgeway spent nothing in hours 22-23 with 13.5% of its budget left; docs/pacing.md says
-what is known of it. They fail when pacing does: a breaker tripping on noise left 4%
+offline 2-7 and 3-10. Measured, four runs (three beside two CPU hogs, one beside the
+chaos scenarios): northwind live 0.966-0.982 against offline 0.954 (0.905-0.978);
+ridgeway 0.926-0.952 against 0.932 (0.925-0.937), its tail (one impression at the
+maximum bid) 7% of its budget. The replay spreads its requests over 128 connections,
+so each worker gets about half of them (docs/replay.md); when it sent nearly all down
+one connection to one worker, ridgeway ended at 0.72-0.81 in 4 of 11 suite runs with
+hours of its budget unspent. They fail when pacing does: a breaker tripping on noise left 4%
 spent, a lease below one impression at the maximum bid left 0%, and a simulator that let
 nodes spend leases a live node cannot bid from put ridgeway's offline EOD at 0.955
 against 0.865 live.
@@ -68,15 +69,14 @@ from tests.pacing.test_live_ledger import (
     wait_for_totals,
 )
 
-pytestmark = [pytest.mark.long(145), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.long(90), pytest.mark.timeout(300)]
 
 CALIBRATION = Path(__file__).parent / "data" / "day-1m-calibration.json"
 SUPPLY = Path(__file__).parent / "data" / "day-1m-supply.json"
 SUPPLY_RATIO = 1.5
-REPLAY_SPEED = 0.5
-"""Half the recorded pace: a second of the machine's stalls (another test's load on
-its 2 cores) is 12 simulated minutes, one pacing tick (docs/decisions.md, "The live
-day's short form runs at half the recorded pace")."""
+REPLAY_SPEED = 1.0
+"""The recorded pace: a second of the machine's stalls (another test's load on its 2
+cores) is 24 simulated minutes, two pacing ticks."""
 LEAD_S = 20.0
 CHUNK_PERIODS = 4
 """Budgets this small need large chunks to cover one impression at the maximum bid."""
