@@ -76,11 +76,6 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=float, default=0.0, metavar="S", help="exclude the first S s")
     p.add_argument("--timeout-ms", type=float, default=100.0, help="client timeout (tmax)")
     p.add_argument(
-        "--connections", type=int, default=DEFAULT_CONNECTIONS, metavar="N",
-        help="connections to the bidder kept open and used in turn, as an exchange's servers "
-        "keep theirs: the kernel spreads connections, not requests, over the bidder's workers",
-    )  # fmt: skip
-    p.add_argument(
         "--clock", choices=("auto", "stream", "real"), default="auto",
         help="the bidder's wall clock: the stream's simulated one (each request arrives at "
         "its ts; with --speed), the real one, or (auto) the stream's where the stack can "
@@ -103,6 +98,21 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, metavar="OUT", help="also write the report as JSON")
     p.add_argument("--html", type=Path, metavar="OUT", help="also write the report as HTML")
     p.add_argument("--no-progress", action="store_true")
+    _exchange_options(p)
+    p.add_argument(
+        "--stage-times", type=float, default=1.0, metavar="SHARE",
+        help="share of requests that ask the bidder for its stage times (0-1; default all)",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-campaign-trace", action="store_true",
+        help="don't ask the bidder what it decided per campaign (eligible, capped, shading)",
+    )  # fmt: skip
+    add_bidder_options(p)
+    p.set_defaults(command=cmd_replay)
+
+
+def _exchange_options(p: argparse.ArgumentParser) -> None:
+    """How the replay behaves as the exchange: its connections, its notices, its throttle."""
     faults = p.add_argument_group("exchange notice faults")
     faults.add_argument(
         "--duplicate-notices", type=float, default=0.0, metavar="SHARE",
@@ -114,6 +124,11 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
     faults.add_argument("--notice-window-ms", type=float, default=250.0, metavar="MS")
     exchange = p.add_argument_group("exchange rules")
     exchange.add_argument(
+        "--connections", type=int, default=DEFAULT_CONNECTIONS, metavar="N",
+        help="connections to the bidder kept open and used in turn, as an exchange's servers "
+        "keep theirs: the kernel spreads connections, not requests, over the bidder's workers",
+    )  # fmt: skip
+    exchange.add_argument(
         "--no-throttle", action="store_true",
         help="send every request, however late the answers (pure latency runs)",
     )  # fmt: skip
@@ -121,16 +136,6 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
         "--throttle-threshold", type=float, default=0.85, metavar="SHARE",
         help="cut the request rate below this share of answers within tmax (0-1)",
     )  # fmt: skip
-    p.add_argument(
-        "--stage-times", type=float, default=1.0, metavar="SHARE",
-        help="share of requests that ask the bidder for its stage times (0-1; default all)",
-    )  # fmt: skip
-    p.add_argument(
-        "--no-campaign-trace", action="store_true",
-        help="don't ask the bidder what it decided per campaign (eligible, capped, shading)",
-    )  # fmt: skip
-    add_bidder_options(p)
-    p.set_defaults(command=cmd_replay)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
