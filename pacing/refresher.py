@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from redis.exceptions import RedisClusterException, RedisError
-
+from bidder.adapters.valkey import VALKEY_FAILURES
 from bidder.core.clock import Clock
 from pacing.debits import DebitInbox
 from pacing.lease import LeaseFormatError
@@ -21,11 +20,6 @@ from pacing.lease_store import LeaseReader
 from pacing.node import NodePacer
 
 log = logging.getLogger("bidsim.pacing")
-
-STORE_FAILURES = (TimeoutError, RedisError, RedisClusterException, OSError)
-"""What a refresh meets when Valkey fails. ``RedisClusterException`` is not a
-``RedisError``: a Cluster client raises it (``SlotNotCoveredError``) when its slot map
-has no node for a key's slot."""
 
 
 def refresh_interval_s(lease_refresh_s: float, tick_s: float) -> float:
@@ -43,7 +37,7 @@ async def refresh_once(
     node's bids (``pacing.debits``); on any failure only unexpired leases spend."""
     try:
         leases = await reader.refresh(clock.wall_ms())
-    except (*STORE_FAILURES, LeaseFormatError) as exc:
+    except (*VALKEY_FAILURES, LeaseFormatError) as exc:
         if pacer.available:
             log.warning("pacing: lease refresh failed, spending only unexpired leases: %s", exc)
         pacer.unavailable()
@@ -60,7 +54,7 @@ async def take_debits(pacer: NodePacer, inbox: DebitInbox, leaving: bool = False
     try:
         async with asyncio.timeout(1.0):
             owed = await inbox.take(leaving)
-    except STORE_FAILURES as exc:
+    except VALKEY_FAILURES as exc:
         log.warning("pacing: routed debits not taken (next refresh): %s", exc)
         return
     for campaign_id, micros in owed.items():
@@ -99,7 +93,7 @@ async def return_leases(
         async with asyncio.timeout(timeout_s):
             await reader.leave()
             records = await reader.give_back(held)
-    except STORE_FAILURES as exc:
+    except VALKEY_FAILURES as exc:
         log.warning("pacing: leases not returned (they expire on their own): %s", exc)
         return False
     log.info("pacing: node %s returned its leases (%d records)", reader.node_id, records)

@@ -80,6 +80,11 @@ from bidder.core.tasks import retrieve
 AsyncValkey = aioredis.Redis | aioredis.RedisCluster
 SyncValkey = redis.Redis | redis.RedisCluster
 
+VALKEY_FAILURES = (TimeoutError, redis.RedisError, RedisClusterException, OSError)
+"""What a call through these clients raises when Valkey fails. ``RedisClusterException``
+is not a ``RedisError``: a Cluster client raises it (``SlotNotCoveredError``) when its
+slot map has no node for a key's slot."""
+
 REFRESH_MIN_INTERVAL_S = 0.1
 """Slot-map reloads of one asyncio cluster client are at least this far apart: at
 most a tenth of a second of extra failures after a promotion, and at most ten
