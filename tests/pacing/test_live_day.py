@@ -32,9 +32,10 @@ chaos scenarios): northwind live 0.966-0.982 against offline 0.954 (0.905-0.978)
 ridgeway 0.926-0.952 against 0.932 (0.925-0.937), its tail (one impression at the
 maximum bid) 7% of its budget. The replay spreads its requests over 128 connections,
 so each worker gets about half of them (docs/replay.md): with one worker getting most
-of them, ridgeway left hours of its budget unspent. They fail when pacing does: a breaker tripping on noise left 4%
-spent, a lease below one impression at the maximum bid left 0%, and a simulator that let
-nodes spend leases a live node cannot bid from put ridgeway's offline EOD at 0.955
+of them, ridgeway left hours of its budget unspent. They fail when pacing does: a
+breaker tripping on noise left 4% spent, a lease below one impression at the maximum
+bid left 0%, and a simulator that let nodes spend leases a live node cannot bid from
+put ridgeway's offline EOD at 0.955
 against 0.865 live.
 """
 
