@@ -35,8 +35,7 @@ so each worker gets about half of them (docs/replay.md): with one worker getting
 of them, ridgeway left hours of its budget unspent. They fail when pacing does: a
 breaker tripping on noise left 4% spent, a lease below one impression at the maximum
 bid left 0%, and a simulator that let nodes spend leases a live node cannot bid from
-put ridgeway's offline EOD at 0.955
-against 0.865 live.
+put ridgeway's offline EOD at 0.955 against 0.865 live.
 """
 
 from __future__ import annotations
