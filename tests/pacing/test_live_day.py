@@ -105,7 +105,9 @@ async def _day(stack: LocalStack, tmp_path: Path) -> dict[str, Any]:
     )
     settings = on_clock(base, clock, start_at_ms)
     budgets = budgets_of(campaigns)
-    options = ReplayOptions(speed=REPLAY_SPEED, deadline_ms=settings.deadline_ms, budgets=budgets)
+    options = ReplayOptions(
+        speed=REPLAY_SPEED, deadline_ms=settings.deadline_ms, budgets=budgets, connections=128
+    )
     totals = Totals(settings, [(c.id, c.advertiser) for c in campaigns])
     async with running_bidder(settings) as bidder:
         await asyncio.sleep(max(start_at_ms / 1000 - time.time(), 0.0))
