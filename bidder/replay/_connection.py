@@ -76,10 +76,12 @@ class Connection:
     def request(self, raw: bytes) -> asyncio.Future[Response]:
         if self.closed:
             raise TransportError("connection is not open")
-        self._waiter = self._loop.create_future()
+        # A write that fails at once (the peer reset the connection before the loop
+        # read that) settles the future and clears ``_waiter`` inside ``_write``.
+        waiter = self._waiter = self._loop.create_future()
         self._write(raw)
         self._sent_ns = time.perf_counter_ns()
-        return self._waiter
+        return waiter
 
     def close(self) -> None:
         if self.closed:

@@ -6,6 +6,7 @@ import asyncio
 import collections
 import contextlib
 import socket
+import struct
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -320,6 +321,53 @@ async def test_an_answer_is_timed_at_its_arrival_not_when_a_busy_client_reads_it
     # between two clock reads on a loaded machine: 100 ms either way is still far
     # from the 300 ms a stamp on read would show.
     assert began_ns - 100 * MS <= response.arrived_ns <= wrote_ns + 100 * MS
+
+
+class _ResettingServer:
+    """Answers one request on its first connection, then resets it (a worker killed
+    with SIGKILL); answers every request on the connections after it."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.reset = threading.Event()
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.listener.accept()
+                self.connections += 1
+                with conn:
+                    while conn.recv(65536):
+                        conn.sendall(_ThreadServer.ANSWER)
+                        if self.connections == 1:  # close with RST, not FIN
+                            conn.setsockopt(
+                                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                            )
+                            break
+                self.reset.set()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.asyncio
+async def test_a_write_to_a_reset_connection_is_retried_on_a_new_one():
+    """The reset reaches the socket before the client's loop has read it, so the next
+    request's write fails at once: that is a stale connection, tried once more."""
+    server = _ResettingServer()
+    pool = HttpPool("127.0.0.1", server.port)
+    try:
+        await pool.request("POST", "/", b"{}", timeout_s=5)
+        assert server.reset.wait(timeout=5)
+        time.sleep(0.05)  # noqa: ASYNC251 - the loop must not see the reset before the write
+        response = await pool.request("POST", "/", b"{}", timeout_s=5)
+    finally:
+        await pool.close()
+        server.close()
+    assert (response.status, response.body, server.connections) == (200, b"ok", 2)
 
 
 def test_encoded_request_has_length_and_no_body_headers_for_get():
