@@ -126,7 +126,8 @@ def _exchange_options(p: argparse.ArgumentParser) -> None:
     exchange.add_argument(
         "--connections", type=int, default=DEFAULT_CONNECTIONS, metavar="N",
         help="connections to the bidder kept open and used in turn, as an exchange's servers "
-        "keep theirs: the kernel spreads connections, not requests, over the bidder's workers",
+        "keep theirs: the kernel spreads connections, not requests, over the bidder's workers "
+        "(default %(default)s)",
     )  # fmt: skip
     exchange.add_argument(
         "--no-throttle", action="store_true",

@@ -30,12 +30,12 @@ are not compared: live had 0-5 of 24 (northwind) and 1-3 (ridgeway) over four ru
 offline 2-7 and 3-10. Measured, four runs (three beside two CPU hogs, one beside the
 chaos scenarios): northwind live 0.966-0.982 against offline 0.954 (0.905-0.978);
 ridgeway 0.926-0.952 against 0.932 (0.925-0.937), its tail (one impression at the
-maximum bid) 7% of its budget. The replay spreads its requests over 128 connections,
-so each worker gets about half of them (docs/replay.md): with one worker getting most
-of them, ridgeway left hours of its budget unspent. They fail when pacing does: a
-breaker tripping on noise left 4% spent, a lease below one impression at the maximum
-bid left 0%, and a simulator that let nodes spend leases a live node cannot bid from
-put ridgeway's offline EOD at 0.955 against 0.865 live.
+maximum bid) 7% of its budget. The replay spreads its requests over 128 connections
+(its default), so each worker gets about half of them (docs/replay.md): with one
+worker getting most of them, ridgeway left hours of its budget unspent. They fail when
+pacing does: a breaker tripping on noise left 4% spent, a lease below one impression
+at the maximum bid left 0%, and a simulator that let nodes spend leases a live node
+cannot bid from put ridgeway's offline EOD at 0.955 against 0.865 live.
 """
 
 from __future__ import annotations
@@ -105,9 +105,7 @@ async def _day(stack: LocalStack, tmp_path: Path) -> dict[str, Any]:
     )
     settings = on_clock(base, clock, start_at_ms)
     budgets = budgets_of(campaigns)
-    options = ReplayOptions(
-        speed=REPLAY_SPEED, deadline_ms=settings.deadline_ms, budgets=budgets, connections=128
-    )
+    options = ReplayOptions(speed=REPLAY_SPEED, deadline_ms=settings.deadline_ms, budgets=budgets)
     totals = Totals(settings, [(c.id, c.advertiser) for c in campaigns])
     async with running_bidder(settings) as bidder:
         await asyncio.sleep(max(start_at_ms / 1000 - time.time(), 0.0))
