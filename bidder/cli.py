@@ -207,6 +207,14 @@ def _campaigns_parser(p: argparse.ArgumentParser) -> None:
     size.add_argument("--supply-ratio", type=float, default=2.5, metavar="R")
     size.add_argument("--nodes", type=int, default=2, help="bid workers of the paced replay")
     size.add_argument("--chunk-periods", type=int, default=4, metavar="N", help="its chunk periods")
+    size.add_argument(
+        "--min-wins", type=float, metavar="N",
+        help="keep campaigns that won at least N impressions at rate 1 (default: 100 x R)",
+    )  # fmt: skip
+    size.add_argument(
+        "--curve", choices=("keep", "supply"), default="keep",
+        help="supply: each campaign paces to its own spend per hour at rate 1 (the forecast)",
+    )  # fmt: skip
     size.add_argument("--out", type=Path, required=True)
     size.set_defaults(command=_cmd_campaigns_size)
 
@@ -232,7 +240,10 @@ def _cmd_campaigns_size(args: argparse.Namespace) -> int:
     check_out_dirs(args.out)
     calibration = read_calibration(args.supply_from)
     chunks = args.nodes * args.chunk_periods
-    campaigns = sized(load_campaign_file(args.file), calibration, args.supply_ratio, chunks)
+    campaigns = sized(
+        load_campaign_file(args.file), calibration, args.supply_ratio, chunks,
+        min_wins=args.min_wins, curve_from_supply=args.curve == "supply",
+    )  # fmt: skip
     docs = {"version": 1, "campaigns": [campaign_to_doc(c) for c in campaigns]}
     args.out.write_bytes(orjson.dumps(docs, option=orjson.OPT_INDENT_2) + b"\n")
     for c in campaigns:

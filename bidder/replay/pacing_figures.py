@@ -204,26 +204,44 @@ def sized(
     calibration: Mapping[str, Mapping[str, Any]],
     supply_ratio: float,
     chunks_per_day: int,
+    *,
+    min_wins: float | None = None,
+    curve_from_supply: bool = False,
 ) -> list[Campaign]:
     """Each campaign with the daily budget its calibrated spend at rate 1 covers
     ``supply_ratio`` times: budgets that bind on that stream.
 
-    Kept are the campaigns that won at least ``MIN_DAY_WINS x supply_ratio`` impressions
-    in the calibration (fewer leave each hour a handful: noise, not pacing) and whose
-    lease chunk (budget / ``chunks_per_day``, i.e. nodes x chunk periods) covers one
-    impression at the maximum bid: a node admits a bid only when its chunk covers that.
+    Kept are the campaigns that won at least ``min_wins`` impressions in the calibration
+    (default ``MIN_DAY_WINS x supply_ratio``: fewer leave each hour a handful, noise, not
+    pacing) and whose lease chunk (budget / ``chunks_per_day``, i.e. nodes x chunk
+    periods) covers one impression at the maximum bid: a node admits a bid only when its
+    chunk covers that. ``curve_from_supply``: each kept campaign's pacing curve becomes
+    its calibrated spend per hour, the forecast of its supply (a curve the supply falls
+    short of in some hours leaves those hours off the curve whatever pacing does).
     """
     if not supply_ratio > 0 or chunks_per_day < 1:
         raise ValueError("--supply-ratio must be positive and --nodes, --chunk-periods at least 1")
+    least_wins = MIN_DAY_WINS * supply_ratio if min_wins is None else min_wins
     out = []
     for campaign in campaigns:
         calibrated = calibration.get(campaign.id) or {}
         budget = round(calibrated.get("spend_micros", 0) / supply_ratio)
-        if calibrated.get("wins", 0) < MIN_DAY_WINS * supply_ratio:
+        if calibrated.get("wins", 0) < least_wins:
             continue
-        if budget // chunks_per_day >= cost_of(campaign.max_bid_cpm_micros):
-            out.append(dataclasses.replace(campaign, daily_budget_micros=budget))
+        if budget // chunks_per_day < cost_of(campaign.max_bid_cpm_micros):
+            continue
+        changes: dict[str, Any] = {"daily_budget_micros": budget}
+        if curve_from_supply:
+            changes["pacing_curve"] = _supply_curve(campaign.id, calibrated)
+        out.append(dataclasses.replace(campaign, **changes))
     return out
+
+
+def _supply_curve(campaign_id: str, calibrated: Mapping[str, Any]) -> tuple[float, ...]:
+    by_hour = calibrated.get("spend_by_hour")
+    if not by_hour or len(by_hour) != 24 or sum(by_hour) <= 0:
+        raise ValueError(f"the --supply-from report has no spend by hour for {campaign_id}")
+    return tuple(float(spend) for spend in by_hour)
 
 
 def live_above_supply(

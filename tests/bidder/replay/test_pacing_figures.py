@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from bidder.core.campaign_docs import load_campaign_file
 from bidder.replay.campaign_outcomes import Budget
 from bidder.replay.offline_days import OfflineSettings
@@ -15,7 +17,7 @@ from bidder.replay.pacing_figures import (
     shed_share,
     sized,
 )
-from pacing.curves import STANDARD
+from pacing.curves import STANDARD, Curve
 from tests.bidder.live import CAMPAIGNS
 
 BUDGET = 24_000_000
@@ -96,6 +98,25 @@ def test_sizing_keeps_campaigns_with_enough_wins_and_a_chunk_that_covers_a_bid()
     }
     out = sized([first, second, replace(third, max_bid_cpm_micros=1_000_000)], calibration, 2.0, 8)
     assert [(c.id, c.daily_budget_micros) for c in out] == [(first.id, 1_500_000_000)]
+
+
+def test_sizing_can_ask_for_more_wins_and_pace_each_campaign_to_its_supply() -> None:
+    first, second = load_campaign_file(CAMPAIGNS)[:2]
+    evening = [1_000] * 18 + [5_000] * 6
+    calibration = {
+        first.id: {"wins": 3_000, "spend_micros": 3_000_000_000, "spend_by_hour": evening},
+        second.id: {"wins": 2_000, "spend_micros": 3_000_000_000, "spend_by_hour": evening},
+    }
+    out = sized([first, second], calibration, 1.5, 8, min_wins=2_500, curve_from_supply=True)
+    assert [(c.id, c.pacing_curve) for c in out] == [(first.id, tuple(map(float, evening)))]
+    assert Curve.from_weights(out[0].pacing_curve).hour_share(23) == pytest.approx(5 / 48)
+
+
+def test_pacing_to_the_supply_needs_the_supply_by_hour() -> None:
+    first = load_campaign_file(CAMPAIGNS)[0]
+    calibration = {first.id: {"wins": 3_000, "spend_micros": 3_000_000_000}}
+    with pytest.raises(ValueError, match=f"no spend by hour for {first.id}"):
+        sized([first], calibration, 1.5, 8, curve_from_supply=True)
 
 
 def test_the_limits_name_short_supply_the_maximum_bid_tail_and_hourly_noise() -> None:
