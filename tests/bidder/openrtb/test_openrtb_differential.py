@@ -230,9 +230,11 @@ DIFFERENTIAL = settings(max_examples=300)
 
 @DIFFERENTIAL
 @given(doc=documents(), ascii_only=st.booleans())
-def test_the_parser_accepts_what_the_reference_accepts_with_the_same_view(
+def test_the_parser_and_the_light_read_agree_with_the_reference(
     doc: dict[str, Any], ascii_only: bool
 ) -> None:
+    """The parser accepts what the reference accepts, with the same view; on what both
+    accept, the light read of the source (tid, schain) agrees with that view."""
     body = json.dumps(doc, ensure_ascii=ascii_only).encode()
     expected = reference_view(doc)
     if expected is None:
@@ -240,22 +242,15 @@ def test_the_parser_accepts_what_the_reference_accepts_with_the_same_view(
             parse_bid_request(body)
     else:
         assert _plain(parse_bid_request(body)) == expected
-
-
-@DIFFERENTIAL
-@given(doc=documents())
-def test_the_light_read_of_the_source_agrees_with_the_reference(doc: dict[str, Any]) -> None:
-    expected = reference_view(doc)
-    if expected is not None:
-        body = json.dumps(doc).encode()
         assert auction_source(body) == (expected["tid"], expected["schain"])
 
 
 def test_the_documents_are_often_accepted_and_often_refused() -> None:
-    """The generator exercises both sides: neither judgement is rare among its documents."""
+    """The generator exercises both sides: neither judgement is rare among its documents
+    (a share between 10% and 90% of 100 documents)."""
     accepted = []
 
-    @settings(max_examples=300, database=None)
+    @settings(max_examples=100, database=None)
     @given(doc=documents())
     def judge(doc: dict[str, Any]) -> None:
         accepted.append(reference_view(doc) is not None)
