@@ -34,6 +34,7 @@ from bidder.replay.campaign_outcomes import Budget
 from bidder.replay.offline_days import OfflineDay, OfflineSettings, book_supplies, offline_day
 from bidder.replay.supply_book import BookJson
 from pacing.actual import achievable
+from pacing.curves import Curve
 from pacing.report import day_figures, tracking
 
 BINDS_AT = 1.1
@@ -239,9 +240,9 @@ def sized(
 
 def _supply_curve(campaign_id: str, calibrated: Mapping[str, Any]) -> tuple[float, ...]:
     by_hour = calibrated.get("spend_by_hour")
-    if not by_hour or len(by_hour) != 24 or sum(by_hour) <= 0:
+    if not by_hour:
         raise ValueError(f"the --supply-from report has no spend by hour for {campaign_id}")
-    return tuple(float(spend) for spend in by_hour)
+    return Curve.from_weights(by_hour, source=f"{campaign_id}'s spend by hour").weights
 
 
 def live_above_supply(
