@@ -50,6 +50,8 @@ _USER_ERRORS = (
     SimClockError, OSError,
 )  # fmt: skip
 Handler = Callable[[argparse.Namespace], int]
+MAX_LEDGER_LAG_TICKS = 1000
+"""A finite bound for ``--ledger-lag-ticks``: past it the reconciler never sees a day."""
 
 
 def add_commands(subparsers: Any) -> None:
@@ -113,8 +115,9 @@ def _scenario_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kd", type=float, default=DEFAULT_GAINS.kd)
     p.add_argument("--chunk-periods", type=int, default=PacingConfig().chunk_periods_per_day,
                    help="chunk = budget / nodes / this (default 288)")  # fmt: skip
-    p.add_argument("--ledger-lag-ticks", type=int, default=0, metavar="N",
-                   help="each tick sees the spend applied N ticks before (default 0)")  # fmt: skip
+    p.add_argument("--ledger-lag-ticks", type=float, default=0.0, metavar="N",
+                   help="each tick sees the spend applied N ticks before, fractions "
+                        "allowed (default 0)")  # fmt: skip
     p.add_argument("--json", type=Path, metavar="OUT", help="write the JSON report here")
     add_actual_options(p)
 
@@ -163,8 +166,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         problems.append("--nodes must be at least 1")
     if args.supply_ratio <= 0:
         problems.append("--supply-ratio must be above 0")
-    if args.ledger_lag_ticks < 0:
-        problems.append("--ledger-lag-ticks must be at least 0")
+    if not 0 <= args.ledger_lag_ticks <= MAX_LEDGER_LAG_TICKS:
+        problems.append(f"--ledger-lag-ticks must be 0-{MAX_LEDGER_LAG_TICKS}")
     config = PacingConfig(tick_s=args.tick_s, chunk_periods_per_day=args.chunk_periods)
     problems += [f"--{p.replace('_', '-')}" for p in config.problems()]
     try:

@@ -24,7 +24,7 @@ import math
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -108,10 +108,12 @@ class Scenario:
     the node that bid (live, the notice is routed to it: ``pacing.debits``; the live
     debit lands up to one lease refresh later, which this does not model). 0: a node
     spends its lease to the last micro."""
-    ledger_lag_ticks: int = 0
+    ledger_lag_ticks: float = 0.0
     """How many ticks behind the spend the reconciler sees is: each tick sees the spend
-    applied by the tick that many before, and tells the lease book so (its watermark,
-    ``pacing.lease``)."""
+    applied by that instant (``seen_spend``; fractions of a tick allowed) and tells the
+    lease book so (its watermark, ``pacing.lease``). A live stack's control loop has a
+    delay of its own, which this stands for when the simulator is set beside it
+    (``bidder.replay.offline_days``)."""
 
     @property
     def chunk(self) -> int:
@@ -201,8 +203,9 @@ class _Day:
         )  # fmt: skip
         self.fleet = FleetAccounts(sc.nodes)
         self.applied = sc.curve.target_micros(sc.budget_micros, sc.start_s)
-        self.ledger = deque([self.applied], maxlen=sc.ledger_lag_ticks + 1)
-        """The spend applied by each of the last ticks: the oldest is what a tick sees."""
+        kept = int(sc.ledger_lag_ticks) + 2
+        self.ledger = deque([self.applied] * kept, maxlen=kept)
+        """The spend applied by each of the last ticks, oldest first (``seen_spend``)."""
 
     def run(self, progress: Progress | None) -> Trace:
         sc = self.sc
@@ -238,8 +241,9 @@ class _Day:
 
     def _tick(self, now_s: float, trace: Trace) -> None:
         now_ms = DAY0_MS + round(now_s * 1000)
-        seen = {CAMPAIGN: self.ledger[0]}
-        through = applied_through_ms(now_ms, self.sc.ledger_lag_ticks * self.sc.config.tick_ms, 0)
+        lag = self.sc.ledger_lag_ticks
+        seen = {CAMPAIGN: seen_spend(self.ledger, lag)}
+        through = applied_through_ms(now_ms, round(lag * self.sc.config.tick_ms), 0)
         result = self.reconcile.tick(now_ms, [self.budget], seen, self.sc.nodes, (), through)
         plan = result.plans[0]
         trace.violations.extend(result.violations)
@@ -288,6 +292,15 @@ class _Day:
         return wins, table[self.rng.integers(0, len(table), int(wins.sum()))]
 
 
+def seen_spend(applied: Sequence[int], lag_ticks: float) -> int:
+    """The spend a tick sees ``lag_ticks`` behind: ``applied`` holds the spend applied
+    by each tick, oldest first, the last one now. Within an interval the spend is known
+    only as its total, so a fraction of a tick takes that share of it, linearly."""
+    whole = int(lag_ticks)
+    newer, older = applied[-1 - whole], applied[-2 - whole]
+    return round(newer - (lag_ticks - whole) * (newer - older))
+
+
 def _hour(second: float) -> int:
     return min(int(second // HOUR_S), 23)
 
@@ -304,4 +317,6 @@ def window(sc: Scenario, at_s: float, before_s: float, after_s: float) -> Scenar
     return replace(sc, start_s=max(at_s - before_s, 0.0), end_s=min(at_s + after_s, DAY_S))
 
 
-__all__ = ["DAY0_MS", "DAY_MS", "Market", "Scenario", "Trace", "run", "timed_run", "window"]
+__all__ = [
+    "DAY0_MS", "DAY_MS", "Market", "Scenario", "Trace", "run", "seen_spend", "timed_run", "window",
+]  # fmt: skip

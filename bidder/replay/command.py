@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from bidder.bidstream.stream import StreamFile
 from bidder.core.campaigns import Campaign
 from bidder.replay.campaign_outcomes import Budget, budgets_of
 from bidder.replay.ledger_audit import acknowledged_bills, audit_line, audit_stream
-from bidder.replay.offline_days import OfflineSettings
+from bidder.replay.offline_days import offline_settings
 from bidder.replay.options import DEFAULT_CONNECTIONS
 from bidder.replay.pacing_figures import (
     pacing_section,
@@ -177,13 +176,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         )
     report = {**to_json(result), "pacing": pacing}
     if clock is not None:
-        live = on_clock(settings, clock, 0)
-        offline = OfflineSettings(
-            nodes=live.workers,
-            tick_s=live.pacing_tick_s * clock.speed,
-            chunk_periods=live.lease_chunk_periods(),
-            breaker_window_s=live.breaker_window_s,
-        )
+        offline = offline_settings(on_clock(settings, clock, 0), clock.speed)
         book = calibrated.get("supply_book") if calibrated else None
         report["pacing_day"] = pacing_section(
             report["campaigns"], options.budgets, calibration, offline, book
@@ -191,7 +184,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         report["pacing_day_shed"] = {
             "live": shed_share(report), "calibration": shed_share(calibrated or {})
         }  # fmt: skip
-        report["pacing_day_settings"] = {**dataclasses.asdict(offline), "speed": clock.speed}
+        report["pacing_day_settings"] = {**offline.summary(), "speed": clock.speed}
     print_report(result, report, args.json, args.html)
     return 0
 

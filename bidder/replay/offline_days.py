@@ -2,9 +2,10 @@
 
 Each campaign paced on the live day gets a ``pacing.simulate`` scenario with the live
 stack's settings in simulated time (``OfflineSettings``): its budget and curve, the
-bidder's nodes, the reconciler's tick, chunk and breaker window, nodes that bid only
-while their lease covers one impression at the maximum bid, and a market whose win
-price is centred on the ``--supply-from`` report's eCPM. Its supply, what it would
+bidder's nodes, the reconciler's gains, tick, chunk and breaker window, the delay of
+the live control loop (``loop_delay_ticks``), nodes that bid only while their lease
+covers one impression at the maximum bid, and a market whose win price is centred on
+the ``--supply-from`` report's eCPM. Its supply, what it would
 spend at rate 1 per hour, is that report's spend, or with the report's book
 (``bidder.replay.supply_book``) what it would meet while the other campaigns are paced
 as the simulator paces them (``book_supplies``).
@@ -12,6 +13,7 @@ as the simulator paces them (``book_supplies``).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -19,10 +21,15 @@ from typing import Any
 
 from bidder.replay.campaign_outcomes import Budget
 from bidder.replay.supply_book import BookJson, supply_at
+from bidder.serve.settings import Settings
+from pacing.config_file import load_pacing_file
 from pacing.curves import HOUR_S, Curve
-from pacing.reconcile import PacingConfig
+from pacing.pid import PidGains
+from pacing.reconcile import DEFAULT_GAINS, PacingConfig
+from pacing.refresher import refresh_interval_s
 from pacing.report import hourly
 from pacing.simulate import Market, Scenario, Trace, run
+from pacing.stream_lag import DEFAULT_LEDGER_DELAY_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +44,25 @@ class OfflineSettings:
     """Simulated days (seeds 1..N): with a few impressions an hour one seed's figures
     are noise (northwind, one-minute day: EOD 0.86-0.97 over 20 seeds), so the offline
     figures are their mean, with the range beside them."""
+    gains: PidGains = DEFAULT_GAINS
+    loop_delay_ticks: float = 0.0
+    """How far behind the spend the live leases act, in ticks (``loop_delay_ticks``);
+    the simulated reconciler sees the spend that far behind."""
+
+    def summary(self) -> dict[str, Any]:
+        """The settings as a report shows them, the gains one by one."""
+        fields = dataclasses.asdict(self)
+        del fields["gains"]
+        return {**fields, "kp": self.gains.kp, "ki": self.gains.ki, "kd": self.gains.kd}
+
+
+def loop_delay_ticks(ledger_delay_s: float, refresh_s: float, tick_s: float) -> float:
+    """The live control loop's delay in ticks: a debit reaches the spend stream up to
+    ``ledger_delay_s`` after it is made, and a node takes up a new lease at its next
+    refresh, ``refresh_s / 2`` later on average. With the live day's 1 s ticks that is
+    half a tick (on the default 5 s ticks, a seventh): a simulated day without it tracks
+    the curve closer than the live stack can (docs/pacing.md)."""
+    return (ledger_delay_s + refresh_s / 2) / tick_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +90,21 @@ class OfflineDay:
         return [run(replace(scenario, seed=seed)) for seed in range(1, seeds + 1)]
 
 
+def offline_settings(live: Settings, speed: float) -> OfflineSettings:
+    """The pacing settings of a live stack on a simulated clock running ``speed``x, for
+    its offline days."""
+    gains = load_pacing_file(live.pacing_config).gains if live.pacing_config else DEFAULT_GAINS
+    refresh_s = refresh_interval_s(live.lease_refresh_s, live.pacing_tick_s)
+    return OfflineSettings(
+        nodes=live.workers,
+        tick_s=live.pacing_tick_s * speed,
+        chunk_periods=live.lease_chunk_periods(),
+        breaker_window_s=live.breaker_window_s,
+        gains=gains,
+        loop_delay_ticks=loop_delay_ticks(DEFAULT_LEDGER_DELAY_S, refresh_s, live.pacing_tick_s),
+    )
+
+
 def offline_day(
     calibrated: Mapping[str, Any] | None, budget: Budget, settings: OfflineSettings
 ) -> OfflineDay | None:
@@ -79,10 +120,12 @@ def offline_day(
         market=Market(median_cpm_micros=median, bid_cpm_micros=round(median * 1.25)),
         config=PacingConfig(
             tick_s=settings.tick_s,
+            gains=settings.gains,
             chunk_periods_per_day=settings.chunk_periods,
             breaker_window_s=settings.breaker_window_s,
         ),
         max_cost_micros=budget.max_cost_micros,
+        ledger_lag_ticks=settings.loop_delay_ticks,
     )
     return OfflineDay(scenario, supply)
 

@@ -56,6 +56,7 @@ def test_curve_from_a_stream_writes_24_weights(tmp_path: Path) -> None:
         (["pacing", "simulate", "--curve", "nope"], "--curve"),
         (["pacing", "simulate", "--nodes", "0"], "--nodes"),
         (["pacing", "simulate", "--ledger-lag-ticks", "-1"], "--ledger-lag-ticks"),
+        (["pacing", "simulate", "--ledger-lag-ticks", "nan"], "--ledger-lag-ticks must be 0-"),
         (["pacing", "curve", "/no/such/stream.jsonl"], "cannot open"),
         ([*RECONCILER, "--lag-threshold-s", "0"], "--lag-threshold-s must be at least 0.001"),
         ([*RECONCILER, "--sim-clock", "soon"], "--sim-clock must be START_MS:SPEED[:AT_MS]"),

@@ -52,7 +52,7 @@ from bidder.bidstream.generator import generate
 from bidder.bidstream.stream import read_stream
 from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
 from bidder.replay.campaign_outcomes import budgets_of
-from bidder.replay.offline_days import OfflineSettings
+from bidder.replay.offline_days import offline_settings
 from bidder.replay.pacing_figures import pacing_section, sized
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import to_json
@@ -115,12 +115,7 @@ async def _day(stack: LocalStack, tmp_path: Path) -> dict[str, Any]:
             wait_for_ledger, stack.aws_endpoint, settings.spend_stream, notices["billed"]
         )
         campaign_sums, _ = await asyncio.to_thread(wait_for_totals, totals, entries)
-    offline = OfflineSettings(
-        nodes=settings.workers,
-        tick_s=settings.pacing_tick_s * clock.speed,
-        chunk_periods=settings.lease_chunk_periods(),
-        breaker_window_s=settings.breaker_window_s,
-    )
+    offline = offline_settings(settings, clock.speed)
     report = to_json(result)
     supply = orjson.loads(SUPPLY.read_bytes())
     pacing = pacing_section(

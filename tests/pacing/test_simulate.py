@@ -6,10 +6,12 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pacing.reconcile import PacingConfig
 from pacing.report import day_report, tracking
-from pacing.simulate import Scenario, run, window
+from pacing.simulate import Scenario, run, seen_spend, window
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +89,7 @@ def test_the_bid_time_bound_leaves_less_than_one_maximum_cost_per_node_unspent()
         assert free - 2 * max_cost < bound < free
 
 
-def _end_of_budget(nodes: int, lag_ticks: int, seed: int) -> Scenario:
+def _end_of_budget(nodes: int, lag_ticks: float, seed: int) -> Scenario:
     """Nodes bidding only while their lease covers one impression at the maximum, the
     budget binding at the end of the day, the reconciler ``lag_ticks`` behind the spend."""
     return Scenario(
@@ -97,9 +99,27 @@ def _end_of_budget(nodes: int, lag_ticks: int, seed: int) -> Scenario:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("lag_ticks", [1, 2])
-def test_a_day_with_the_ledger_behind_ends_within_its_budget(lag_ticks: int) -> None:
+@pytest.mark.parametrize("lag_ticks", [0.5, 1, 2])
+def test_a_day_with_the_ledger_behind_ends_within_its_budget(lag_ticks: float) -> None:
     for nodes, seed in ((2, 1), (2, 2), (3, 1), (4, 1)):
         trace = run(_end_of_budget(nodes, lag_ticks, seed))
         assert int(trace.cum[-1]) <= 200_000
         assert trace.violations == []
+
+
+def test_a_tick_sees_the_spend_applied_its_lag_before() -> None:
+    applied = [0, 100, 300]  # by the tick two before, the one before, this one
+    assert [seen_spend(applied, lag) for lag in (0, 0.5, 1, 1.5)] == [300, 200, 100, 50]
+
+
+@given(
+    st.lists(st.integers(0, 10**9), min_size=2, max_size=6).map(sorted),
+    st.floats(0, 4, exclude_max=True),
+)
+def test_a_fraction_of_a_tick_sees_part_of_that_interval(applied: list[int], lag: float) -> None:
+    whole = int(lag)
+    if len(applied) < whole + 2:
+        applied = [applied[0]] * (whole + 2 - len(applied)) + applied
+    newer, older = applied[-1 - whole], applied[-2 - whole]
+    assert older <= seen_spend(applied, lag) <= newer
+    assert seen_spend(applied, whole) == newer

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import re
 from collections.abc import AsyncIterator
@@ -74,7 +73,7 @@ def with_a_pacing_day(report: dict[str, Any]) -> dict[str, Any]:
         "pacing": settings_in_force(None, 0.0625),
         "pacing_day": day,
         "pacing_day_shed": {"live": 0.094, "calibration": 0.012},
-        "pacing_day_settings": {**dataclasses.asdict(offline), "speed": 5760.0},
+        "pacing_day_settings": {**offline.summary(), "speed": 5760.0},
     }
 
 
@@ -175,8 +174,8 @@ async def test_chromium_shows_the_pacing_day_with_its_plot_and_settings(
     shown = {s["id"]: s for s in loaded.sections}
     assert shown["pacing"]["heading"] == "Pacing day"
     assert shown["pacing"]["svgs"] == 1
-    # 7 settings, 6 simulated-clock settings, a header and one campaign
-    assert shown["pacing"]["rows"] == 7 + 6 + 2
+    # 7 settings, 10 simulated-clock settings, a header and one campaign
+    assert shown["pacing"]["rows"] == 7 + 10 + 2
 
 
 @needs_chromium
