@@ -21,8 +21,8 @@ import sys
 from typing import Any
 
 import prometheus_client
-from redis.exceptions import RedisError
 
+from bidder.adapters.valkey import VALKEY_FAILURES
 from fcap.regions import name_problem
 from fcap.replicate import Link, Replicator, mesh
 from fcap.store import connect
@@ -108,7 +108,7 @@ async def _keep_running(replicator: Replicator) -> None:
     while True:
         try:
             await replicator.run()
-        except (RedisError, OSError) as exc:
+        except VALKEY_FAILURES as exc:
             log.warning("%s: %r; retrying in 1 s", replicator.name, exc)
             await asyncio.sleep(1.0)
 

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
 
-from bidder.adapters.valkey import connect_async
+from bidder.adapters.valkey import VALKEY_FAILURES, connect_async
 from bidder.adapters.valkey_pipelined import PipelinedConnection, forget
 from bidder.adapters.valkey_wait import Waiter
 from bidder.core.tasks import TaskSet
@@ -305,7 +305,7 @@ class FcapStore:
                 await self._settle(pipelined, reply, command, until)
                 for reply, command in zip(sent, commands, strict=True)
             ]
-        except (TimeoutError, RedisError, OSError) as exc:
+        except VALKEY_FAILURES as exc:
             raise FcapUnavailable(f"frequency counters unavailable: {exc!r}") from exc
         finally:
             forget(sent)
@@ -366,7 +366,7 @@ class FcapStore:
         Calls still running at ``limit`` are left to finish (``bidder.adapters.valkey_wait``)."""
         try:
             return await self._waiter.gather(calls, limit)
-        except (TimeoutError, RedisError, OSError) as exc:
+        except VALKEY_FAILURES as exc:
             raise FcapUnavailable(f"frequency counters unavailable: {exc!r}") from exc
 
 

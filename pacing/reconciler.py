@@ -44,11 +44,10 @@ from dataclasses import dataclass, field
 import orjson
 from botocore.exceptions import BotoCoreError, ClientError
 from prometheus_client import Counter, Gauge
-from redis.exceptions import RedisError
 
 from bidder.adapters.aws import aws_client
 from bidder.adapters.campaign_store import CampaignTable, StoreError
-from bidder.adapters.valkey import connect_sync
+from bidder.adapters.valkey import VALKEY_FAILURES, connect_sync
 from bidder.core.campaign_docs import campaigns_from_docs
 from bidder.core.campaigns import Campaign, CampaignError
 from bidder.core.clock import Clock, SystemClock, real_ttl_ms
@@ -144,7 +143,8 @@ class Reconciler:
         """Node -> when its last lease expires: where returned records may appear."""
 
     def tick(self) -> TickReport:
-        """One tick; raises SpendStoreError, RedisError or a boto3 error on failure."""
+        """One tick; raises SpendStoreError, one of ``VALKEY_FAILURES`` or a boto3 error on
+        failure."""
         try:
             report = self._tick()
         except Exception:
@@ -269,7 +269,7 @@ def _decode(raw: list[bytes]) -> tuple[list[LedgerEntry], int]:
     return entries, bad
 
 
-_TICK_ERRORS = (SpendStoreError, RedisError, ClientError, BotoCoreError, OSError)
+_TICK_ERRORS = (SpendStoreError, ClientError, BotoCoreError, *VALKEY_FAILURES)
 
 
 def run_reconciler(

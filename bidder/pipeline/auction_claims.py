@@ -37,9 +37,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from redis.exceptions import RedisError
-
-from bidder.adapters.valkey import AsyncValkey
+from bidder.adapters.valkey import VALKEY_FAILURES, AsyncValkey
 from bidder.adapters.valkey_pipelined import PipelinedConnection, pack
 from bidder.adapters.valkey_wait import Waiter
 from bidder.core.clock import Clock
@@ -97,7 +95,7 @@ class AuctionClaims:
         """True when this call claimed the auction, False when a copy already had.
 
         Raises ``TimeoutError`` when Valkey has not answered by ``until`` (the loop's
-        clock), ``RedisError`` or ``OSError`` when it fails.
+        clock), one of ``VALKEY_FAILURES`` when it fails.
         """
         key = auction_key(self._namespace, tid)
         valkey = self._valkey
@@ -159,7 +157,7 @@ class SupplyDedupStage:
                 return NoBid.DEADLINE
             UNAVAILABLE.inc()
             return None
-        except (RedisError, OSError):
+        except VALKEY_FAILURES:
             UNAVAILABLE.inc()
             return None
         if won:

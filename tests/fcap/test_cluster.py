@@ -6,12 +6,13 @@ import asyncio
 
 import pytest
 import redis
+from redis.asyncio import RedisCluster
 
 from bidder.core.campaigns import CapPolicy
 from bidder.stack.cluster import LocalValkeyCluster
 from fcap import keys
 from fcap.rules import Subject
-from fcap.store import CountOutcome, FcapStore
+from fcap.store import CountOutcome, FcapStore, FcapUnavailable
 from tests.fcap.support import DAY_S, HOUR_S, T0, cap, far_deadline, new_user, one_subject
 
 pytestmark = pytest.mark.long(11)
@@ -85,3 +86,19 @@ async def test_10k_users_run_without_a_redirect(
             sizes.append(client.dbsize())
     assert (ok, _redirects(cluster) - before) == (10_000, 0)
     assert all(size > 1_000 for size in sizes)  # the users really are spread over 3 nodes
+
+
+@pytest.mark.asyncio
+async def test_a_slot_missing_from_the_map_is_unavailable_not_an_error(
+    cluster_store: FcapStore,
+) -> None:
+    # A client whose slot map names no node for the user's slot raises
+    # SlotNotCoveredError, which is no RedisError. The bid path must see counters
+    # unavailable (its fail mode), not an error it does not expect.
+    client = cluster_store.client
+    assert isinstance(client, RedisCluster)
+    slots = client.nodes_manager.slots_cache
+    for slot in slots:
+        slots[slot] = []
+    with pytest.raises(FcapUnavailable):
+        await cluster_store.check([HOUSEHOLD], new_user(), None, T0, far_deadline())

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import redis
+from redis.asyncio import RedisCluster
 from redis.crc import key_slot
 
 from bidder.adapters.valkey import AsyncValkey, connect_async, connect_pipelined
@@ -224,6 +225,30 @@ async def test_claims_work_on_a_valkey_cluster(cluster: LocalValkeyCluster, name
     assert all(first) and not any(second)
     owners = {cluster.master_of(auction_key(namespace, tid)).port for tid in tids}
     assert len(owners) == 3
+
+
+@pytest.mark.asyncio
+async def test_a_cluster_slot_without_a_node_fails_open_and_is_counted(
+    cluster: LocalValkeyCluster, namespace: str
+) -> None:
+    # SlotNotCoveredError, what a Cluster client raises when its slot map has no node
+    # for the key's slot, is no RedisError: the stage must count it unavailable too.
+    valkey = connect_async(cluster.url, cluster=True, timeout_s=2.0)
+    try:
+        await valkey.ping()  # the slot map is loaded
+        assert isinstance(valkey, RedisCluster)
+        slots = valkey.nodes_manager.slots_cache
+        for slot in slots:
+            slots[slot] = []
+        before = claims_count("unavailable")
+        dedup = stage(AuctionClaims(valkey, namespace, WINDOW_MS), Sleeps(), loop_clock())
+        outcome = await decide(
+            dedup, context("ssp-a", new_tid()), asyncio.get_running_loop().time() + 1
+        )
+    finally:
+        await valkey.aclose()
+    assert outcome is None
+    assert claims_count("unavailable") == before + 1
 
 
 # -- the stage ------------------------------------------------------------------------------
