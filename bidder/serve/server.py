@@ -30,7 +30,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from bidder.adapters.aws import aws_client
 from bidder.adapters.campaign_store import CampaignTable
-from bidder.adapters.valkey import connect_sync
+from bidder.adapters.valkey import VALKEY_FAILURES, connect_sync
 from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
 from bidder.core.campaigns import Campaign
 from bidder.core.tokens import generate_key
@@ -232,7 +232,7 @@ def wait_for_leases(settings: Settings, nodes: list[str]) -> None:
                 return
             time.sleep(0.1)
         log.warning("workers have no pacing leases yet: bids answer no_lease until they do")
-    except redis.RedisError as exc:
+    except VALKEY_FAILURES as exc:
         log.warning("cannot see the pacing leases (%s); going on", exc)
     finally:
         client.close()
