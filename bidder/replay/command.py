@@ -33,6 +33,7 @@ from bidder.replay.offline_days import offline_settings
 from bidder.replay.options import DEFAULT_CONNECTIONS
 from bidder.replay.pacing_figures import (
     pacing_section,
+    render_loop,
     render_pacing,
     render_shed,
     shed_share,
@@ -345,6 +346,7 @@ def print_report(
         print()
         print(render_pacing(report["pacing_day"]))
         print(render_shed(report.get("pacing_day_shed") or {}))
+        print(render_loop(report.get("pacing_day_settings") or {}))
     if json_out is not None:
         json_out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
         print(f"report written to {json_out}")

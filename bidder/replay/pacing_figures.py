@@ -354,6 +354,18 @@ def render_shed(shed: Mapping[str, float | None]) -> str:
     return line
 
 
+def render_loop(settings: Mapping[str, Any]) -> str:
+    """The control loop's delay the offline days ran with (``loop_delay_ticks``)."""
+    delay = settings.get("loop_delay_ticks")
+    if delay is None:
+        return "  control loop: the simulator read the spend at once"
+    return (
+        f"  control loop: the simulator reads the spend {delay:.2f} tick behind, as live"
+        " (the producer's delay and a node's wait for its next lease): an expired lease"
+        " stays in the cap a tick longer on both sides"
+    )
+
+
 def limits_text(found: Mapping[str, float | None]) -> str:
     """``limits`` in words: what bounds the day's figures on both sides."""
     reach, tail = found.get("achievable_eod_ratio"), found.get("max_bid_tail_ratio")
@@ -368,6 +380,7 @@ def limits_text(found: Mapping[str, float | None]) -> str:
 
 __all__ = [
     "BINDS_AT", "CAPPED_GAP", "KEYS", "SHED", "capped_share", "limits", "limits_text",
-    "live_above_supply", "pacing_section", "render_pacing", "render_shed", "shed_share",
+    "live_above_supply", "pacing_section", "render_loop", "render_pacing", "render_shed",
+    "shed_share",
     "sized", "supply_text", "widest_capped_hours",
 ]  # fmt: skip

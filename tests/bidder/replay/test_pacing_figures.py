@@ -12,6 +12,7 @@ from bidder.replay.campaign_outcomes import Budget
 from bidder.replay.offline_days import OfflineSettings
 from bidder.replay.pacing_figures import (
     pacing_section,
+    render_loop,
     render_pacing,
     render_shed,
     shed_share,
@@ -218,3 +219,9 @@ def test_the_hours_where_caps_differ_most_are_named_widest_first() -> None:
     assert "widest apart in hours 19h 70% against 10%, 21h 60% against 10%" in render_pacing(
         {"c": entry}
     )
+
+
+def test_the_report_says_how_far_behind_the_simulator_reads_the_spend() -> None:
+    line = render_loop({"loop_delay_ticks": 0.5})
+    assert "0.50 tick behind" in line and "a tick longer" in line
+    assert "at once" in render_loop({})  # a report from before the setting
