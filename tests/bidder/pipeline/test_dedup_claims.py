@@ -122,6 +122,18 @@ async def decide(dedup: SupplyDedupStage, ctx: Context, deadline: float) -> NoBi
     return await result if inspect.isawaitable(result) else result
 
 
+async def claim_counted(
+    valkey: PipelinedConnection | AsyncValkey, namespace: str
+) -> tuple[NoBid | None, float]:
+    """The stage's answer to one copy claimed through ``valkey``, and how many claims
+    that counted as Valkey unavailable."""
+    before = claims_count("unavailable")
+    dedup = stage(AuctionClaims(valkey, namespace, WINDOW_MS), Sleeps(), loop_clock())
+    deadline = asyncio.get_running_loop().time() + 1
+    outcome = await decide(dedup, context("ssp-a", new_tid()), deadline)
+    return outcome, claims_count("unavailable") - before
+
+
 def stage(
     claims: AuctionClaims,
     sleeps: Sleeps,
@@ -240,15 +252,10 @@ async def test_a_cluster_slot_without_a_node_fails_open_and_is_counted(
         slots = valkey.nodes_manager.slots_cache
         for slot in slots:
             slots[slot] = []
-        before = claims_count("unavailable")
-        dedup = stage(AuctionClaims(valkey, namespace, WINDOW_MS), Sleeps(), loop_clock())
-        outcome = await decide(
-            dedup, context("ssp-a", new_tid()), asyncio.get_running_loop().time() + 1
-        )
+        outcome, unavailable = await claim_counted(valkey, namespace)
     finally:
         await valkey.aclose()
-    assert outcome is None
-    assert claims_count("unavailable") == before + 1
+    assert (outcome, unavailable) == (None, 1)
 
 
 # -- the stage ------------------------------------------------------------------------------
@@ -362,16 +369,11 @@ async def test_a_better_copy_arriving_during_a_hold_gets_the_bid(
 @pytest.mark.asyncio
 async def test_valkey_down_fails_open_and_is_counted(namespace: str) -> None:
     nobody = connect_pipelined(f"redis://127.0.0.1:{held_port()}", connect_timeout_s=0.5)
-    before = claims_count("unavailable")
-    dedup = stage(AuctionClaims(nobody, namespace, WINDOW_MS), Sleeps(), loop_clock())
     try:
-        outcome = await decide(
-            dedup, context("ssp-a", new_tid()), asyncio.get_running_loop().time() + 1
-        )
+        outcome, unavailable = await claim_counted(nobody, namespace)
     finally:
         await nobody.aclose()
-    assert outcome is None
-    assert claims_count("unavailable") == before + 1
+    assert (outcome, unavailable) == (None, 1)
 
 
 @pytest.fixture
