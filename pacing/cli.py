@@ -51,7 +51,7 @@ _USER_ERRORS = (
 )  # fmt: skip
 Handler = Callable[[argparse.Namespace], int]
 MAX_LEDGER_LAG_TICKS = 1000
-"""A finite bound for ``--ledger-lag-ticks``: past it the reconciler never sees a day."""
+"""The largest ``--ledger-lag-ticks``: any finite bound that no real ledger comes near."""
 
 
 def add_commands(subparsers: Any) -> None:

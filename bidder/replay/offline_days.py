@@ -5,10 +5,10 @@ stack's settings in simulated time (``OfflineSettings``): its budget and curve, 
 bidder's nodes, the reconciler's gains, tick, chunk and breaker window, the delay of
 the live control loop (``loop_delay_ticks``), nodes that bid only while their lease
 covers one impression at the maximum bid, and a market whose win price is centred on
-the ``--supply-from`` report's eCPM. Its supply, what it would
-spend at rate 1 per hour, is that report's spend, or with the report's book
-(``bidder.replay.supply_book``) what it would meet while the other campaigns are paced
-as the simulator paces them (``book_supplies``).
+the ``--supply-from`` report's eCPM. Its supply, what it would spend at rate 1 per
+hour, is that report's spend, or with the report's book (``bidder.replay.supply_book``)
+what it would meet while the other campaigns are paced as the simulator paces them
+(``book_supplies``).
 """
 
 from __future__ import annotations

@@ -381,6 +381,5 @@ def limits_text(found: Mapping[str, float | None]) -> str:
 __all__ = [
     "BINDS_AT", "CAPPED_GAP", "KEYS", "SHED", "capped_share", "limits", "limits_text",
     "live_above_supply", "pacing_section", "render_loop", "render_pacing", "render_shed",
-    "shed_share",
-    "sized", "supply_text", "widest_capped_hours",
+    "shed_share", "sized", "supply_text", "widest_capped_hours",
 ]  # fmt: skip
