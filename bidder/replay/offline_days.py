@@ -29,7 +29,6 @@ from pacing.reconcile import DEFAULT_GAINS, PacingConfig
 from pacing.refresher import refresh_interval_s
 from pacing.report import hourly
 from pacing.simulate import Market, Scenario, Trace, run
-from pacing.stream_lag import DEFAULT_LEDGER_DELAY_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,15 +92,18 @@ class OfflineDay:
 def offline_settings(live: Settings, speed: float) -> OfflineSettings:
     """The pacing settings of a live stack on a simulated clock running ``speed``x, for
     its offline days."""
-    gains = load_pacing_file(live.pacing_config).gains if live.pacing_config else DEFAULT_GAINS
+    # The reconciler's own way to its settings: the defaults, the file's over them.
+    config = PacingConfig(chunk_periods_per_day=live.lease_chunk_periods())
+    if live.pacing_config is not None:
+        config = load_pacing_file(live.pacing_config).apply(config)
     refresh_s = refresh_interval_s(live.lease_refresh_s, live.pacing_tick_s)
     return OfflineSettings(
         nodes=live.workers,
         tick_s=live.pacing_tick_s * speed,
-        chunk_periods=live.lease_chunk_periods(),
+        chunk_periods=config.chunk_periods_per_day,
         breaker_window_s=live.breaker_window_s,
-        gains=gains,
-        loop_delay_ticks=loop_delay_ticks(DEFAULT_LEDGER_DELAY_S, refresh_s, live.pacing_tick_s),
+        gains=config.gains,
+        loop_delay_ticks=loop_delay_ticks(config.ledger_delay_s, refresh_s, live.pacing_tick_s),
     )
 
 

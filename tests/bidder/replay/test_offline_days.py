@@ -24,6 +24,7 @@ from pacing.report import tracking
 from pacing.simulate import run
 
 BUDGET = 2_000_000
+CAMPAIGN_BUDGET = Budget(BUDGET, STANDARD, max_cost_micros=10_000)
 SUPPLY_RATIO = 1.2
 """The live day's: supply at rate 1 over the budget."""
 CALIBRATED = {
@@ -46,7 +47,7 @@ def test_a_live_day_on_one_second_ticks_is_simulated_half_a_tick_behind() -> Non
     assert (offline.nodes, offline.tick_s) == (2, 72.0)
     # a node refreshes at most every half tick: 0.5 s here, so 0.25 s on average
     assert offline.loop_delay_ticks == pytest.approx(0.5)
-    day = offline_day(CALIBRATED, Budget(BUDGET, STANDARD, 10_000), offline)
+    day = offline_day(CALIBRATED, CAMPAIGN_BUDGET, offline)
     assert day is not None and day.scenario.ledger_lag_ticks == offline.loop_delay_ticks
 
 
@@ -57,12 +58,12 @@ def test_the_offline_days_run_the_gains_of_the_live_pacing_file(tmp_path: Path) 
     offline = offline_settings(Settings(pacing_tick_s=1.0, pacing_config=path), speed=72.0)
     assert offline.gains == gains and offline.chunk_periods == 96
     assert offline.summary()["kp"] == 0.05
-    day = offline_day(CALIBRATED, Budget(BUDGET, STANDARD, 10_000), offline)
+    day = offline_day(CALIBRATED, CAMPAIGN_BUDGET, offline)
     assert day is not None and day.scenario.config.gains == gains
 
 
 def _mean_cum_error(offline: OfflineSettings) -> float:
-    day = offline_day(CALIBRATED, Budget(BUDGET, STANDARD, 10_000), offline)
+    day = offline_day(CALIBRATED, CAMPAIGN_BUDGET, offline)
     assert day is not None
     scenario = day.with_supply(day.supply_micros)
     assert scenario is not None
