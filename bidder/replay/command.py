@@ -29,15 +29,10 @@ from bidder.bidstream.stream import StreamFile
 from bidder.core.campaigns import Campaign
 from bidder.replay.campaign_outcomes import Budget, budgets_of
 from bidder.replay.ledger_audit import acknowledged_bills, audit_line, audit_stream
+from bidder.replay.load_shed import render_shed, shed_section
 from bidder.replay.offline_days import offline_settings
 from bidder.replay.options import DEFAULT_CONNECTIONS
-from bidder.replay.pacing_figures import (
-    pacing_section,
-    render_loop,
-    render_pacing,
-    render_shed,
-    shed_share,
-)
+from bidder.replay.pacing_figures import pacing_section, render_loop, render_pacing
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
 from bidder.replay.stream_clock import (
@@ -182,9 +177,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         report["pacing_day"] = pacing_section(
             report["campaigns"], options.budgets, calibration, offline, book
         )
-        report["pacing_day_shed"] = {
-            "live": shed_share(report), "calibration": shed_share(calibrated or {})
-        }  # fmt: skip
+        report["pacing_day_shed"] = shed_section(report, calibrated)
         report["pacing_day_settings"] = {**offline.summary(), "speed": clock.speed}
     print_report(result, report, args.json, args.html)
     return 0

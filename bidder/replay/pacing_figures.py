@@ -328,32 +328,6 @@ def supply_text(section: Mapping[str, Mapping[str, Any]]) -> str:
     return "the simulator's spend at rate 1 over the budget: the --supply-from replay's"
 
 
-SHED = ("overloaded", "deadline")
-"""No-bid reasons of requests the bidder refused for its own load, not for a campaign."""
-
-
-def shed_share(report: Mapping[str, Any]) -> float | None:
-    """The share of a replay's requests the bidder shed for load (``SHED``): supply no
-    campaign saw. Live and calibration replays shed differently on a busy machine, and
-    the simulator's supply is the calibration's."""
-    requests, reasons = report.get("requests"), report.get("nbr_reasons") or {}
-    if not requests:
-        return None
-    return round(sum(reasons.get(reason, 0) for reason in SHED) / requests, 4)
-
-
-def render_shed(shed: Mapping[str, float | None]) -> str:
-    live, calibration = shed.get("live"), shed.get("calibration")
-    if live is None or calibration is None:
-        return "  load shed (overloaded, deadline): unknown without --supply-from"
-    line = f"  load shed (overloaded, deadline): live {live:.1%}, calibration {calibration:.1%}"
-    if live > calibration + 0.01:
-        return line + ": live lost supply the simulator counts on, so it spends less"
-    if calibration > live + 0.01:
-        return line + ": the simulator's supply is short of what live met"
-    return line
-
-
 def render_loop(settings: Mapping[str, Any]) -> str:
     """The control loop's delay the offline days ran with (``loop_delay_ticks``)."""
     delay = settings.get("loop_delay_ticks")
@@ -379,7 +353,7 @@ def limits_text(found: Mapping[str, float | None]) -> str:
 
 
 __all__ = [
-    "BINDS_AT", "CAPPED_GAP", "KEYS", "SHED", "capped_share", "limits", "limits_text",
-    "live_above_supply", "pacing_section", "render_loop", "render_pacing", "render_shed",
-    "shed_share", "sized", "supply_text", "widest_capped_hours",
+    "BINDS_AT", "CAPPED_GAP", "KEYS", "capped_share", "limits", "limits_text",
+    "live_above_supply", "pacing_section", "render_loop", "render_pacing",
+    "sized", "supply_text", "widest_capped_hours",
 ]  # fmt: skip

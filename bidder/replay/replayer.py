@@ -206,6 +206,7 @@ class _Replay:
             self._count_send(intended_ns, started_ns)
             self.result.ssp(record.ssp).requests += 1
             self.result.campaigns.see(record.ts)
+            self.result.shed.see(record.ts)
         else:
             self.result.warmup_requests += 1
         try:
@@ -247,6 +248,7 @@ class _Replay:
         reason = response.headers.get("x-nbr-reason", "unlabelled") if status == 204 else None
         if reason is not None:
             result.nbr_reasons[reason] += 1
+            result.shed.answer(reason, record.ts)
         corrected_ns, uncorrected_ns = self._record(
             intended_ns, response.sent_ns, response.arrived_ns
         )

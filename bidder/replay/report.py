@@ -39,6 +39,7 @@ from bidder.replay.campaign_outcomes import (
     outcomes_json,
     render_campaigns,
 )
+from bidder.replay.load_shed import ShedTally
 from bidder.replay.pushback import Pushback, pushback_json, render_pushback
 from bidder.replay.slowest import SlowestAnswers, render_slowest, slowest_json
 from bidder.replay.supply_book import SupplyBook
@@ -138,6 +139,7 @@ class ReplayResult:
     supply_book: SupplyBook = field(default_factory=SupplyBook)
     """Per hour, who would have bought each imp had the campaigns above it not bid."""
     timeline: Timeline = field(default_factory=Timeline)
+    shed: ShedTally = field(default_factory=ShedTally)
     pushback: Pushback = field(default_factory=Pushback)
     views: ViewTally = field(default_factory=ViewTally)
     slowest: SlowestAnswers = field(default_factory=SlowestAnswers)
@@ -246,6 +248,7 @@ def to_json(result: ReplayResult) -> dict[str, Any]:
         "supply_book": result.supply_book.json(),
         "ledger": result.ledger,
         "timeline": timeline_json(result.timeline, result.warmup_s),
+        "load_shed_by_hour": result.shed.json(),
         "pushback": pushback_json(result.pushback, result.requests, result.auction.spend_micros),
         "viewability": view_json(result.views),
         "slowest_answers": slowest_json(result.slowest),

@@ -15,8 +15,9 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from bidder.replay.load_shed import render_shed
 from bidder.replay.pacing_figures import KEYS as PACING_KEYS
-from bidder.replay.pacing_figures import limits_text, render_shed, supply_text
+from bidder.replay.pacing_figures import limits_text, supply_text
 
 SECTIONS = (
     ("summary", "Summary"),
@@ -217,7 +218,8 @@ def _pacing(report: Mapping[str, Any], plots: Any) -> str:
         '<p class="note">Each figure: live | offline simulator (docs/pacing.md). Supply:'
         f" {escape(supply_text(day))}.</p>"
     )
-    shed = render_shed(report.get("pacing_day_shed") or {}).strip()
+    lines = render_shed(report.get("pacing_day_shed") or {}).splitlines()
+    shed = "; ".join(line.strip() for line in lines)
     parts.append(f'<p class="note">{escape(shed)}.</p>')
     return "".join(parts)
 

@@ -72,7 +72,11 @@ def with_a_pacing_day(report: dict[str, Any]) -> dict[str, Any]:
         **report,
         "pacing": settings_in_force(None, 0.0625),
         "pacing_day": day,
-        "pacing_day_shed": {"live": 0.094, "calibration": 0.012},
+        "pacing_day_shed": {
+            "live": 0.094,
+            "calibration": 0.012,
+            "hours_above_calibration": [{"hour": 7, "live": 0.31, "calibration": 0.012}],
+        },
         "pacing_day_settings": {**offline.summary(), "speed": 5760.0},
     }
 
@@ -114,6 +118,8 @@ def test_the_pacing_day_section_shows_the_limits_the_offline_range_and_the_shed_
         "leases at the maximum bid can leave",
         "an hour&#x27;s spend varies",
         "load shed (overloaded, deadline): live 9.4%, calibration 1.2%",
+        "spends less; hours in which live shed more",
+        "07:00 31.0% against 1.2%",
     ):
         assert shown in pacing, shown
 

@@ -14,8 +14,6 @@ from bidder.replay.pacing_figures import (
     pacing_section,
     render_loop,
     render_pacing,
-    render_shed,
-    shed_share,
     sized,
 )
 from pacing.curves import STANDARD, Curve
@@ -135,18 +133,6 @@ def test_the_limits_name_short_supply_the_maximum_bid_tail_and_hourly_noise() ->
     text = render_pacing({"c": entry})
     assert "leases at the maximum bid can leave 2.5% unspent" in text
     assert "an hour's spend varies +-50%" in text
-
-
-def test_the_load_shed_share_counts_overloaded_and_deadline_answers() -> None:
-    report = {"requests": 1_000, "nbr_reasons": {"overloaded": 70, "deadline": 30, "geo": 500}}
-    assert shed_share(report) == 0.1
-    assert shed_share({"requests": 0}) is None
-
-
-def test_the_report_says_when_live_shed_more_than_its_calibration() -> None:
-    assert "live lost supply" in render_shed({"live": 0.25, "calibration": 0.10})
-    assert "short of what live met" in render_shed({"live": 0.05, "calibration": 0.20})
-    assert render_shed({"live": 0.10, "calibration": 0.105}).endswith("calibration 10.5%")
 
 
 def test_the_report_names_the_hours_live_met_more_supply_than_its_calibration() -> None:
