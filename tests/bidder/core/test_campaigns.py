@@ -27,7 +27,9 @@ from bidder.core.campaigns import (
     Targeting,
 )
 
-CAMPAIGNS = Path(__file__).resolve().parents[3] / "fixtures" / "openrtb" / "campaigns.json"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "openrtb"
+CAMPAIGNS = FIXTURES / "campaigns.json"
+PACING_DAY = FIXTURES / "campaigns-pacing-day.json"
 
 
 def _banner(**fields: Any) -> dict[str, Any]:
@@ -88,6 +90,42 @@ def test_bundled_file_round_trips_through_docs() -> None:
     campaigns = load_campaign_file(CAMPAIGNS)
     docs = orjson.loads(orjson.dumps([campaign_to_doc(c) for c in campaigns]))
     assert campaigns_from_docs(docs) == campaigns
+
+
+def _can_meet(a: Campaign, b: Campaign) -> bool:
+    """Whether some imp can be eligible for both: every targeting dimension overlaps
+    (None is any) and they share a creative format and size."""
+    ta, tb = a.targeting, b.targeting
+    for mine, theirs in (
+        (ta.countries, tb.countries),
+        (ta.device_types, tb.device_types),
+        (ta.channels, tb.channels),
+    ):
+        if mine is not None and theirs is not None and not mine & theirs:
+            return False
+    shapes = {(cr.format, cr.w, cr.h) for cr in a.creatives}
+    return any((cr.format, cr.w, cr.h) in shapes for cr in b.creatives)
+
+
+def test_can_meet_sees_a_shared_slice_and_a_disjoint_one() -> None:
+    us_phone = Targeting(countries=frozenset({"USA"}), device_types=frozenset({4}))
+    a = campaigns_from_docs([_doc()])[0]
+    b = campaigns_from_docs([_doc(id="c2")])[0]
+    assert _can_meet(a, b)
+    assert not _can_meet(a, replace(b, creatives=(replace(b.creatives[0], w=728, h=90),)))
+    pc = Targeting(device_types=frozenset({2}))
+    assert not _can_meet(replace(a, targeting=us_phone), replace(b, targeting=pc))
+
+
+def test_pacing_day_campaigns_never_meet_in_one_imp() -> None:
+    # The pacing-day recipe reads each campaign's supply from a replay in which all of
+    # them bid on everything: disjoint slices make that supply each one's own.
+    campaigns = load_campaign_file(PACING_DAY)
+    assert len(campaigns) == 4
+    assert {cr.format for c in campaigns for cr in c.creatives} == {"banner", "video", "native"}
+    for i, a in enumerate(campaigns):
+        for b in campaigns[i + 1 :]:
+            assert not _can_meet(a, b), (a.id, b.id)
 
 
 # ------------------------------------------------------------------------- round trip
