@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bidder.replay.hourly_shares import hourly_shares, widest_hours
 from pacing.curves import hour_of_day
 
 SHED = ("overloaded", "deadline")
@@ -22,7 +23,6 @@ SHED_GAP = 0.02
 ``--supply-from`` replay's for the report to name the hour."""
 MIN_HOUR_REQUESTS = 100
 """Fewer requests in an hour than this on either side leave its share noise."""
-NAMED_HOURS = 3
 
 
 @dataclass(slots=True)
@@ -59,28 +59,19 @@ def hourly_shed_shares(report: Mapping[str, Any]) -> list[float | None] | None:
     by_hour = report.get("load_shed_by_hour")
     if not by_hour:
         return None
-    return [
-        shed / requests if requests >= MIN_HOUR_REQUESTS else None
-        for requests, shed in zip(by_hour["requests"], by_hour["shed"], strict=True)
-    ]
+    return hourly_shares(by_hour["shed"], by_hour["requests"], MIN_HOUR_REQUESTS)
 
 
 def hours_shed_above(
     live: Sequence[float | None] | None, calibration: Sequence[float | None] | None
 ) -> list[dict[str, float]] | None:
-    """Up to ``NAMED_HOURS`` hours where live shed the most above the calibration, by
-    at least ``SHED_GAP``, widest first: ``{hour, live, calibration}``."""
+    """The hours where live shed the most above the calibration, by more than
+    ``SHED_GAP`` (``widest_hours``): ``{hour, live, calibration}``."""
     if live is None or calibration is None:
         return None
-    gaps = [
-        (mine - theirs, hour, mine, theirs)
-        for hour, (mine, theirs) in enumerate(zip(live, calibration, strict=True))
-        if mine is not None and theirs is not None and mine - theirs >= SHED_GAP
-    ]
-    gaps.sort(key=lambda gap: (-gap[0], gap[1]))
     return [
         {"hour": hour, "live": round(mine, 4), "calibration": round(theirs, 4)}
-        for _, hour, mine, theirs in gaps[:NAMED_HOURS]
+        for hour, mine, theirs in widest_hours(live, calibration, SHED_GAP)
     ]
 
 
@@ -119,7 +110,6 @@ def render_shed(shed: Mapping[str, Any]) -> str:
 
 __all__ = [
     "MIN_HOUR_REQUESTS",
-    "NAMED_HOURS",
     "SHED",
     "SHED_GAP",
     "ShedTally",

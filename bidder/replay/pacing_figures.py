@@ -31,6 +31,7 @@ from typing import Any
 from bidder.core.campaigns import Campaign
 from bidder.core.ledger import cost_of
 from bidder.replay.campaign_outcomes import Budget
+from bidder.replay.hourly_shares import hourly_shares, widest_hours
 from bidder.replay.offline_days import OfflineDay, OfflineSettings, book_supplies, offline_day
 from bidder.replay.supply_book import BookJson
 from pacing.actual import achievable
@@ -108,7 +109,6 @@ def capped_share(figures: Mapping[str, Any] | None) -> float | None:
     return round(capped / eligible, 4)
 
 
-WIDEST_HOURS = 3
 MIN_HOUR_ELIGIBLE = 20
 """Eligible requests an hour needs on both sides for its capped shares to be compared."""
 
@@ -116,21 +116,15 @@ MIN_HOUR_ELIGIBLE = 20
 def widest_capped_hours(
     live: Mapping[str, Any] | None, supply_from: Mapping[str, Any] | None
 ) -> list[dict[str, Any]] | None:
-    """The hours (at most ``WIDEST_HOURS``, widest first) in which the ``--supply-from``
-    replay's caps refused a larger share of the eligible requests than live's, by more
-    than ``CAPPED_GAP``; None where either report lacks the hourly trace counts."""
+    """The hours in which the ``--supply-from`` replay's caps refused a larger share of
+    the eligible requests than live's, by more than ``CAPPED_GAP`` (``widest_hours``);
+    None where either report lacks the hourly trace counts."""
     live_shares, rate_1_shares = _hourly_capped_shares(live), _hourly_capped_shares(supply_from)
     if live_shares is None or rate_1_shares is None:
         return None
-    gaps = [
-        (at_rate_1 - paced, hour, paced, at_rate_1)
-        for hour, (paced, at_rate_1) in enumerate(zip(live_shares, rate_1_shares, strict=True))
-        if paced is not None and at_rate_1 is not None and at_rate_1 - paced > CAPPED_GAP
-    ]
-    widest = sorted(gaps, reverse=True)[:WIDEST_HOURS]
     return [
         {"hour": hour, "live": paced, "supply_from": at_rate_1}
-        for _, hour, paced, at_rate_1 in widest
+        for hour, at_rate_1, paced in widest_hours(rate_1_shares, live_shares, CAPPED_GAP)
     ]
 
 
@@ -139,10 +133,7 @@ def _hourly_capped_shares(figures: Mapping[str, Any] | None) -> list[float | Non
     capped = (figures or {}).get("capped_no_bids_by_hour")
     if not eligible or capped is None:
         return None
-    return [
-        round(c / e, 4) if e >= MIN_HOUR_ELIGIBLE else None
-        for c, e in zip(capped, eligible, strict=True)
-    ]
+    return hourly_shares(capped, eligible, MIN_HOUR_ELIGIBLE)
 
 
 def _offline(

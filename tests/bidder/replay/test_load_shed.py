@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bidder.replay.hourly_shares import WIDEST_HOURS
 from bidder.replay.load_shed import (
     MIN_HOUR_REQUESTS,
-    NAMED_HOURS,
     SHED_GAP,
     ShedTally,
     hourly_shed_shares,
@@ -89,7 +89,7 @@ def test_named_hours_are_few_distinct_and_each_above_by_the_gap(
     live: list[float | None], calibration: list[float | None]
 ) -> None:
     got = hours_shed_above(live, calibration)
-    assert got is not None and len(got) <= NAMED_HOURS
+    assert got is not None and len(got) <= WIDEST_HOURS
     assert len({h["hour"] for h in got}) == len(got)
     gaps = [h["live"] - h["calibration"] for h in got]
     # Widest first, to the rounding of the shares (4 decimals each).
