@@ -19,8 +19,9 @@ answer came back. What is asserted:
   pacing leases it holds: ``pacing.node``), and the closed probe gets
   ``fcap_unavailable``;
 - after SIGCONT, and after the restart, Alpenrail bids again in the same processes:
-  in the last 2 s of each phase, on most of its probes (``RECOVERED_SHARE``), as
-  before the outage; ``fcap_unavailable`` falls back to its healthy level.
+  in the last 2 s of each phase, on most of its probes that were not shed for loop lag
+  or cut by the deadline (``RECOVERED_SHARE``), as before the outage;
+  ``fcap_unavailable`` falls back to its healthy level.
 
 The outages are shorter than the pacing lease validity (two 2 s ticks), so the
 pacer never runs dry: a longer outage ends in ``budget_unavailable`` for everyone (the
@@ -76,6 +77,10 @@ of that."""
 SAMPLE_MARGIN = 0.2
 """Sampling noise between two phases' shares: the phase before the outage holds only
 about 25 fail-closed probes."""
+MIN_JUDGED = 10
+"""Probes of a recovery phase's tail that must say whether the caps could be read. About
+70 fail-closed probes go out in the tail; in one run on a quiet machine 20 (resumed) and
+64 (restarted) of them were judged, the rest shed for loop lag or cut by the deadline."""
 RECOVERED_TAIL_S = 2.0
 """A restarted Valkey is empty: the node has no pacing lease until the reconciler's
 next tick (2 s), so recovery is judged on the phase's last 2 s."""
@@ -267,17 +272,25 @@ def test_a_fail_closed_only_request_is_fcap_unavailable(outcome: Outcome, phase:
 def test_fail_closed_campaigns_bid_again_without_a_restart(outcome: Outcome, phase: str) -> None:
     answers = _in(outcome, phase, "closed")
     tail = [p for p in answers if p.sent_s >= answers[-1].sent_s - RECOVERED_TAIL_S]
-    healthy = _bid_share(_in(outcome, "before", "closed"))
+    judged = _judged(tail)
+    assert len(judged) >= MIN_JUDGED, summary(outcome)
+    healthy = _bid_share(_judged(_in(outcome, "before", "closed")))
     assert healthy > 0, summary(outcome)  # the campaign bid at all before the outage
     required = min(RECOVERED_SHARE, healthy - SAMPLE_MARGIN)
-    assert _bid_share(tail) >= required, summary(outcome)
+    assert _bid_share(judged) >= required, summary(outcome)
+
+
+def _judged(answers: list[ProbeAnswer]) -> list[ProbeAnswer]:
+    """The probes whose answer says whether the caps could be read: a probe shed for loop
+    lag (``overloaded``) or cut by its deadline says how busy the machine was. A worker
+    that cannot read its caps answers ``fcap_unavailable``; one that hangs on them
+    answers ``deadline`` to every probe, which ``MIN_JUDGED`` catches."""
+    return [p for p in answers if p.reason not in ("overloaded", "deadline")]
 
 
 def _bid_share(answers: list[ProbeAnswer]) -> float:
-    """The share of fail-closed probes on which the fail-closed campaign bid, of those the
-    worker decided: a probe shed for loop lag (``overloaded``) says nothing of the caps."""
-    decided = [p for p in answers if p.reason != "overloaded"]
-    return sum(CLOSED in p.campaigns for p in decided) / len(decided) if decided else 0.0
+    """The share of fail-closed probes on which the fail-closed campaign bid."""
+    return sum(CLOSED in p.campaigns for p in answers) / len(answers) if answers else 0.0
 
 
 def summary(outcome: Outcome) -> dict[str, Any]:

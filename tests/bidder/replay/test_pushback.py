@@ -79,10 +79,14 @@ def test_a_slow_bidder_is_throttled_then_recovers(
     assert pushback.withheld > 0
     assert result.requests + pushback.withheld == len(records)
     assert pushback.min_share <= RULE.cut
-    assert pushback.final_share == 1.0
     shares = [share for _, share in pushback.changes]
     lowest = shares.index(min(shares))
-    assert shares[lowest:] == sorted(shares[lowest:])  # given back step by step
+    # Given back step by step, up to the whole share. The answers after that are on
+    # time unless the machine stalls the bidder past tmax, and the rule may then cut
+    # again, as it should: the recovery is judged up to the first full share.
+    assert 1.0 in shares[lowest:]
+    recovered = shares[lowest : shares.index(1.0, lowest) + 1]
+    assert recovered == sorted(recovered)
     report = to_json(result)["pushback"]
     assert report["requests_withheld"] == pushback.withheld
     assert "exchange pushback  withheld" in render_table(result)
