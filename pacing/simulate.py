@@ -202,6 +202,7 @@ class _Day:
             max_cost_micros=sc.max_cost_micros,
         )  # fmt: skip
         self.fleet = FleetAccounts(sc.nodes)
+        self.node_ids = np.arange(sc.nodes)
         self.applied = sc.curve.target_micros(sc.budget_micros, sc.start_s)
         kept = int(sc.ledger_lag_ticks) + 2
         self.ledger = deque([self.applied] * kept, maxlen=kept)
@@ -280,10 +281,10 @@ class _Day:
         if self.sc.expected_values:
             return np.full(nodes, round(per_node_micros), dtype=np.int64)
         wins, costs = self._wins(per_node_micros, price_shifted)
-        if not len(costs):
-            return np.zeros(nodes, dtype=np.int64)
-        running = np.concatenate(([0], np.cumsum(costs)))
-        return np.diff(running[np.concatenate(([0], np.cumsum(wins)))])
+        # Each node's sum of its run of costs. Float weights are exact here: a tick's
+        # costs add up to far less than 2**53 micros.
+        owners = np.repeat(self.node_ids, wins)
+        return np.bincount(owners, weights=costs, minlength=nodes).astype(np.int64)
 
     def _wins(self, per_node_micros: float, price_shifted: bool) -> tuple[np.ndarray, np.ndarray]:
         """Each node's number of wins, and their costs, node after node."""
