@@ -5,9 +5,10 @@ for as a supervised child process (``bidder.stack.child``: its own session, SIGT
 when this process dies, stopped and reaped on exit) on a free loopback port, retried
 on a new port when it loses the port race, and waits until it answers (Valkey: a
 server reporting the child's own pid; moto: any HTTP answer). A server given by URL
-is only checked for reachability and passed through. Start the stack from a thread
-that lives as long as it (normally the main thread): that thread's exit is what the
-kernel's die-with-parent signal follows.
+is only checked for reachability and passed through. moto is launched first and waited
+for last, so that its start (its imports, about 0.6 s) overlaps Valkey's: a cluster's
+takes about 2 s. Start the stack from a thread that lives as long as it (normally the
+main thread): that thread's exit is what the kernel's die-with-parent signal follows.
 
 ``LocalStack(cluster=3)`` starts a local Valkey Cluster of that many masters instead
 of one server (``bidder.stack.cluster``), ``cluster_replicas=1`` gives each a replica;
@@ -59,14 +60,22 @@ def _http_answers(url: str, timeout_s: float, opener: urllib.request.OpenerDirec
         return False
 
 
-def _start_moto(workdir: Path, timeout_s: float) -> tuple[ChildProcess, str]:
-    """The moto server as a child on a free port, once it answers; its URL."""
+def _launch_moto(workdir: Path) -> tuple[ChildProcess, str]:
+    """The moto server started as a child on a free port (not waited for); its URL."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bidder.stack.moto_server", "-H", "127.0.0.1"]
+    child = ChildProcess("moto", [*argv, "-p", str(port)], workdir / f"moto-{port}.log")
+    return child, f"http://127.0.0.1:{port}"
+
+
+def _moto_ready(
+    launched: tuple[ChildProcess, str], workdir: Path, timeout_s: float
+) -> tuple[ChildProcess, str]:
+    """``launched`` once it answers; if it lost its port's race, a new one on another."""
+    attempts = iter([launched])
 
     def start() -> tuple[ChildProcess, str]:
-        port = free_port()
-        argv = [sys.executable, "-m", "bidder.stack.moto_server", "-H", "127.0.0.1"]
-        child = ChildProcess("moto", [*argv, "-p", str(port)], workdir / f"moto-{port}.log")
-        url = f"http://127.0.0.1:{port}"
+        child, url = next(attempts, None) or _launch_moto(workdir)
         child.wait_ready(lambda: _http_answers(f"{url}/moto-api/", 0.5, _DIRECT), timeout_s)
         return child, url
 
@@ -161,8 +170,11 @@ class LocalStack(Started):
         if self._children or self._valkey_url:
             raise StackError("the stack is already started")
         try:
+            # moto imports its modules for a second or more: it does so while Valkey
+            # (a cluster takes a few seconds) starts.
+            moto = None if self._given_aws else self._launch_moto()
             self._valkey_url = self._start_valkey()
-            self._aws_endpoint = self._start_aws()
+            self._aws_endpoint = self._start_aws(moto)
         except BaseException:
             self.stop()
             raise
@@ -198,11 +210,17 @@ class LocalStack(Started):
         _check_valkey(self._given_valkey)
         return self._given_valkey
 
-    def _start_aws(self) -> str:
-        if self._given_aws is None:
-            child, url = _start_moto(self._make_workdir(), self._timeout_s)
+    def _launch_moto(self) -> tuple[ChildProcess, str]:
+        launched = _launch_moto(self._make_workdir())
+        self._children["moto"] = launched[0]  # stopped with the rest if Valkey fails
+        return launched
+
+    def _start_aws(self, moto: tuple[ChildProcess, str] | None) -> str:
+        if moto is not None:
+            child, url = _moto_ready(moto, self._make_workdir(), self._timeout_s)
             self._children["moto"] = child
             return url
+        assert self._given_aws is not None  # no moto launched: an endpoint was given
         _check_aws(self._given_aws)
         return self._given_aws
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -16,7 +17,7 @@ import redis
 from bidder.adapters.aws import aws_client
 from bidder.stack.child import StackError, held_port
 from bidder.stack.local import LocalStack
-from tests.processes import gone, start_to_kill, wait_until
+from tests.processes import descendants, gone, start_to_kill, wait_until
 
 
 def _port_free(port: int) -> bool:
@@ -100,10 +101,14 @@ def test_external_urls_start_nothing_and_pass_through(local_stack: LocalStack) -
         assert stack.aws_endpoint == local_stack.aws_endpoint
 
 
-def test_unreachable_external_valkey_is_a_clear_error() -> None:
+def test_unreachable_external_valkey_is_a_clear_error_and_stops_the_moto_it_started() -> None:
+    # moto is started before Valkey is checked (its start overlaps Valkey's): a
+    # Valkey that fails must not leave it running.
+    before = descendants(os.getpid())
     url = f"redis://127.0.0.1:{held_port()}"
     with pytest.raises(StackError, match=f"valkey at {url} is not reachable"):
         LocalStack(valkey_url=url).start()
+    assert [pid for pid in descendants(os.getpid()) - before if not gone(pid)] == []
 
 
 def test_unreachable_external_aws_endpoint_is_a_clear_error(local_stack: LocalStack) -> None:
