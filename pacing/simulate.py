@@ -13,7 +13,8 @@ Supply: ``supply_ratio`` is what the fleet would spend at rate 1 over what the t
 curve asks for, hour by hour when the supply curve is the target curve (``supply``
 None) or a bidstream's shape otherwise; ``actual`` (``pacing.actual``) then shifts,
 scales or drops that supply and shifts the market's prices, hour by hour
-(``Scenario.available_by_hour``). Events (a supply step, a stalled or late
+(``Scenario.available_by_hour``); a live day's ``admitted`` shares take out, minute
+by minute, the supply its bidder shed for load. Events (a supply step, a stalled or late
 reconciler, a runaway campaign, a ledger that lags) are switched on by ``Scenario``
 fields. The same seed gives the same day.
 """
@@ -108,6 +109,10 @@ class Scenario:
     the node that bid (live, the notice is routed to it: ``pacing.debits``; the live
     debit lands up to one lease refresh later, which this does not model). 0: a node
     spends its lease to the last micro."""
+    admitted: tuple[float, ...] = ()
+    """The share of each simulated minute's supply the bidder let through (1440 shares,
+    a live day's: ``bidder.replay.admitted``); empty: all of it. A bidder that sheds
+    requests for its own load loses that supply, in bursts as short as its stalls."""
     ledger_lag_ticks: float = 0.0
     """How many ticks behind the spend the reconciler sees is: each tick sees the spend
     applied by that instant (``seen_spend``; fractions of a tick allowed) and tells the
@@ -133,6 +138,8 @@ class Scenario:
             total += hours[_hour(at)] * (upto - at) / HOUR_S
             at = upto
         stepped = self.step_at_s is not None and now_s >= self.step_at_s
+        if self.admitted:
+            total *= admitted_share(self.admitted, now_s, end)
         return total * (self.step_factor if stepped else 1.0)
 
     def available_by_hour(self) -> list[float]:
@@ -302,6 +309,18 @@ def seen_spend(applied: Sequence[int], lag_ticks: float) -> int:
     return round(newer - (lag_ticks - whole) * (newer - older))
 
 
+def admitted_share(admitted: Sequence[float], start_s: float, end_s: float) -> float:
+    """The mean of the per-minute ``admitted`` shares over ``[start_s, end_s)``, each
+    minute weighted by how much of it the interval covers (1 for an empty interval)."""
+    total, at = 0.0, start_s
+    while at < end_s - 1e-9:
+        minute = min(int(at // 60), len(admitted) - 1)
+        upto = min(end_s, (int(at // 60) + 1) * 60.0)
+        total += admitted[minute] * (upto - at)
+        at = upto
+    return total / (end_s - start_s) if end_s > start_s else 1.0
+
+
 def _hour(second: float) -> int:
     return min(int(second // HOUR_S), 23)
 
@@ -319,5 +338,6 @@ def window(sc: Scenario, at_s: float, before_s: float, after_s: float) -> Scenar
 
 
 __all__ = [
-    "DAY0_MS", "DAY_MS", "Market", "Scenario", "Trace", "run", "seen_spend", "timed_run", "window",
+    "DAY0_MS", "DAY_MS", "Market", "Scenario", "Trace", "admitted_share", "run", "seen_spend",
+    "timed_run", "window",
 ]  # fmt: skip

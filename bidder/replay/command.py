@@ -29,7 +29,7 @@ from bidder.bidstream.stream import StreamFile
 from bidder.core.campaigns import Campaign
 from bidder.replay.campaign_outcomes import Budget, budgets_of
 from bidder.replay.ledger_audit import acknowledged_bills, audit_line, audit_stream
-from bidder.replay.load_shed import render_shed, shed_section
+from bidder.replay.load_shed import admission, render_shed, shed_section
 from bidder.replay.offline_days import offline_settings
 from bidder.replay.options import DEFAULT_CONNECTIONS
 from bidder.replay.pacing_figures import pacing_section, render_loop, render_pacing
@@ -175,8 +175,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         offline = offline_settings(on_clock(settings, clock, 0), clock.speed)
         book = calibrated.get("supply_book") if calibrated else None
         report["pacing_day"] = pacing_section(
-            report["campaigns"], options.budgets, calibration, offline, book
-        )
+            report["campaigns"], options.budgets, calibration, offline, book,
+            admission(report, calibrated),
+        )  # fmt: skip
         report["pacing_day_shed"] = shed_section(report, calibrated)
         report["pacing_day_settings"] = {**offline.summary(), "speed": clock.speed}
     print_report(result, report, args.json, args.html)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bidder.replay.hourly_shares import hourly_shares, widest_hours
-from pacing.curves import hour_of_day
+from pacing.curves import second_of_day
 
 SHED = ("overloaded", "deadline")
 """No-bid reasons of requests the bidder refused for its own load, not for a campaign."""
@@ -25,22 +25,35 @@ MIN_HOUR_REQUESTS = 100
 """Fewer requests in an hour than this on either side leave its share noise."""
 
 
+MINUTES = 24 * 60
+
+
 @dataclass(slots=True)
 class ShedTally:
-    """Measured requests and those shed for load, per simulated UTC hour of ``ts``."""
+    """Measured requests and those shed for load, per simulated UTC minute of ``ts``."""
 
-    requests: list[int] = field(default_factory=lambda: [0] * 24)
-    shed: list[int] = field(default_factory=lambda: [0] * 24)
+    requests: list[int] = field(default_factory=lambda: [0] * MINUTES)
+    shed: list[int] = field(default_factory=lambda: [0] * MINUTES)
 
     def see(self, ts: int) -> None:
-        self.requests[hour_of_day(ts)] += 1
+        self.requests[_minute(ts)] += 1
 
     def answer(self, reason: str | None, ts: int) -> None:
         if reason in SHED:
-            self.shed[hour_of_day(ts)] += 1
+            self.shed[_minute(ts)] += 1
 
-    def json(self) -> dict[str, list[int]]:
-        return {"requests": list(self.requests), "shed": list(self.shed)}
+    def json(self) -> dict[str, dict[str, list[int]]]:
+        """The report's ``load_shed_by_hour`` and ``load_shed_by_minute``."""
+        by_minute = {"requests": list(self.requests), "shed": list(self.shed)}
+        by_hour = {
+            key: [sum(counts[h * 60 : h * 60 + 60]) for h in range(24)]
+            for key, counts in by_minute.items()
+        }
+        return {"load_shed_by_hour": by_hour, "load_shed_by_minute": by_minute}
+
+
+def _minute(ts: int) -> int:
+    return int(second_of_day(ts) // 60)
 
 
 def shed_share(report: Mapping[str, Any]) -> float | None:
@@ -87,6 +100,36 @@ def shed_section(live: Mapping[str, Any], calibration: Mapping[str, Any] | None)
     }
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The supply a live day's bidder let through, for the offline days beside it."""
+
+    minutes: tuple[float, ...]
+    """The share of each simulated minute's requests it did not shed for load (1 in a
+    minute without requests): a stall sheds a burst, which hurts the band more than
+    the same loss spread over the hour."""
+    unshed: tuple[float, ...]
+    """Per hour, what the ``--supply-from`` replay's supply is multiplied by to put back
+    what that replay shed itself: 1 / (1 - its shed share of the hour)."""
+
+
+def admission(live: Mapping[str, Any], calibration: Mapping[str, Any] | None) -> Admission | None:
+    """What ``live`` let through (``load_shed_by_minute``); None for a report without the
+    counts. The calibration's hours without a share take its share over the day."""
+    by_minute = live.get("load_shed_by_minute")
+    if not by_minute:
+        return None
+    minutes = tuple(
+        1.0 - shed / requests if requests else 1.0
+        for requests, shed in zip(by_minute["requests"], by_minute["shed"], strict=True)
+    )
+    calibration = calibration or {}
+    overall = shed_share(calibration) or 0.0
+    hourly = hourly_shed_shares(calibration) or [None] * 24
+    unshed = tuple(1.0 / (1.0 - (overall if share is None else share)) for share in hourly)
+    return Admission(minutes, unshed)
+
+
 def render_shed(shed: Mapping[str, Any]) -> str:
     live, calibration = shed.get("live"), shed.get("calibration")
     if live is None or calibration is None:
@@ -109,10 +152,13 @@ def render_shed(shed: Mapping[str, Any]) -> str:
 
 
 __all__ = [
+    "MINUTES",
     "MIN_HOUR_REQUESTS",
     "SHED",
     "SHED_GAP",
+    "Admission",
     "ShedTally",
+    "admission",
     "hourly_shed_shares",
     "hours_shed_above",
     "render_shed",

@@ -82,10 +82,14 @@ class OfflineDay:
             supply_ratio=total / self.scenario.budget_micros,
         )
 
-    def days(self, supply: Sequence[float], seeds: int) -> list[Trace]:
+    def days(
+        self, supply: Sequence[float], seeds: int, admitted: tuple[float, ...] = ()
+    ) -> list[Trace]:
+        """``admitted``: the share of each minute's supply let through (``Scenario``)."""
         scenario = self.with_supply(supply)
         if scenario is None:
             return []
+        scenario = replace(scenario, admitted=admitted)
         return [run(replace(scenario, seed=seed)) for seed in range(1, seeds + 1)]
 
 

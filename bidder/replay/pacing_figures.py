@@ -32,6 +32,7 @@ from bidder.core.campaigns import Campaign
 from bidder.core.ledger import cost_of
 from bidder.replay.campaign_outcomes import Budget
 from bidder.replay.hourly_shares import hourly_shares, widest_hours
+from bidder.replay.load_shed import Admission
 from bidder.replay.offline_days import OfflineDay, OfflineSettings, book_supplies, offline_day
 from bidder.replay.supply_book import BookJson
 from pacing.actual import achievable
@@ -53,11 +54,14 @@ def pacing_section(
     calibration: Mapping[str, Mapping[str, Any]] | None,
     offline: OfflineSettings,
     book: BookJson | None = None,
+    admitted: Admission | None = None,
 ) -> dict[str, Any]:
     """``{campaign id: {live, offline, supply_ratio, binds, hourly_spend, hourly_target}}``.
 
     ``book``: the ``--supply-from`` report's ``supply_book``; with it each campaign's
-    supply is what it would meet while the others are paced (``book_supplies``)."""
+    supply is what it would meet while the others are paced (``book_supplies``).
+    ``admitted``: what the live bidder let through; with it each campaign also gets
+    ``offline_admitted``, the simulator's days on that supply (``admitted_figures``)."""
     paced = {}
     for cid, figures in campaigns.items():
         budget, target = budgets.get(cid), figures.get("target_by_hour")
@@ -83,6 +87,7 @@ def pacing_section(
             "hourly_target_micros": target,
         }
         entry |= _offline(days[cid], supply, budget, offline)
+        entry["offline_admitted"] = admitted_figures(days[cid], supply, offline, admitted)
         entry["offline_supply"] = None if supply is None else source
         entry["limits"] = limits(figures, budget, supply)
         entry["live_above_offline_supply"] = live_above_supply(spend, supply)
@@ -150,16 +155,54 @@ def _offline(
         }  # fmt: skip
     ratio = sum(supply) / budget.daily_budget_micros
     figures = [tracking(day) for day in days]
+    spread = _spread(figures)
     return {
         "supply_ratio": round(ratio, 4),
         "binds": ratio >= BINDS_AT,
-        "offline": _rounded({key: statistics.fmean(d[key] for d in figures) for key in KEYS}),
-        "offline_range": {
+        "offline": spread["mean"],
+        "offline_range": spread["range"],
+        "offline_hourly": figures[0]["hourly_spend_micros"],
+        "offline_supply_micros": [round(s) for s in supply],
+    }
+
+
+def admitted_figures(
+    offline: OfflineDay | None,
+    supply: Sequence[float] | None,
+    settings: OfflineSettings,
+    admitted: Admission | None,
+) -> dict[str, Any] | None:
+    """The simulator's figures (mean and range over its days) on the supply the live
+    bidder let through: the ``--supply-from`` supply with that replay's own shedding
+    put back, then each minute's share live did not shed. Where live tracks these and
+    not the plain offline figures, the difference is the supply it shed, not pacing."""
+    if offline is None or not supply or admitted is None:
+        return None
+    unshed = [offered * factor for offered, factor in zip(supply, admitted.unshed, strict=True)]
+    figures = [tracking(day) for day in offline.days(unshed, settings.seeds, admitted.minutes)]
+    return _spread(figures) if figures else None
+
+
+def admitted_text(entry: Mapping[str, Any]) -> str:
+    """``offline_admitted`` in words: EOD spend, and hours in band with their range."""
+    admitted = entry.get("offline_admitted")
+    if not admitted:
+        return "-"
+    mean, (low, high) = admitted["mean"], admitted["range"]["hours_in_band_ratio"]
+    return (
+        f"EOD {mean['eod_spend_ratio']:.1%}, hours in band {mean['hours_in_band_ratio']:.1%}"
+        f" ({low:.1%}-{high:.1%})"
+    )
+
+
+def _spread(figures: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``KEYS`` of several simulated days: their mean, and their range."""
+    return {
+        "mean": _rounded({key: statistics.fmean(d[key] for d in figures) for key in KEYS}),
+        "range": {
             key: [round(min(d[key] for d in figures), 4), round(max(d[key] for d in figures), 4)]
             for key in KEYS
         },
-        "offline_hourly": figures[0]["hourly_spend_micros"],
-        "offline_supply_micros": [round(s) for s in supply],
     }
 
 
@@ -276,6 +319,11 @@ def render_pacing(section: Mapping[str, Mapping[str, Any]]) -> str:
         if entry.get("offline_range"):
             low, high = entry["offline_range"]["eod_spend_ratio"]
             lines.append(f"    offline EOD spend over its simulated days: {low:.1%}-{high:.1%}")
+        if entry.get("offline_admitted"):
+            lines.append(
+                "    offline on the supply live let through (its load shed minute by minute):"
+                f" {admitted_text(entry)}"
+            )
         above = entry.get("live_above_offline_supply")
         if above and above["hours"]:
             lines.append(
@@ -344,7 +392,8 @@ def limits_text(found: Mapping[str, float | None]) -> str:
 
 
 __all__ = [
-    "BINDS_AT", "CAPPED_GAP", "KEYS", "capped_share", "limits", "limits_text",
+    "BINDS_AT", "CAPPED_GAP", "KEYS", "admitted_figures", "admitted_text", "capped_share",
+    "limits", "limits_text",
     "live_above_supply", "pacing_section", "render_loop", "render_pacing",
     "sized", "supply_text", "widest_capped_hours",
 ]  # fmt: skip

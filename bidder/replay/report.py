@@ -248,7 +248,7 @@ def to_json(result: ReplayResult) -> dict[str, Any]:
         "supply_book": result.supply_book.json(),
         "ledger": result.ledger,
         "timeline": timeline_json(result.timeline, result.warmup_s),
-        "load_shed_by_hour": result.shed.json(),
+        **result.shed.json(),
         "pushback": pushback_json(result.pushback, result.requests, result.auction.spend_micros),
         "viewability": view_json(result.views),
         "slowest_answers": slowest_json(result.slowest),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pacing.reconcile import PacingConfig
 from pacing.report import day_report, tracking
-from pacing.simulate import Scenario, run, seen_spend, window
+from pacing.simulate import Scenario, admitted_share, run, seen_spend, window
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +123,35 @@ def test_a_fraction_of_a_tick_sees_part_of_that_interval(applied: list[int], lag
     newer, older = applied[-1 - whole], applied[-2 - whole]
     assert older <= seen_spend(applied, lag) <= newer
     assert seen_spend(applied, whole) == newer
+
+
+def test_a_day_with_every_minute_admitted_is_the_same_day() -> None:
+    plain = run(Scenario(seed=2, end_s=4 * 3600.0))
+    admitted = run(Scenario(seed=2, end_s=4 * 3600.0, admitted=(1.0,) * 1440))
+    assert (plain.spend == admitted.spend).all()
+
+
+def test_nothing_is_spent_in_the_minutes_the_bidder_shed_everything() -> None:
+    shares = [1.0] * 1440
+    shares[60:120] = [0.0] * 60  # 01:00-02:00
+    trace = run(Scenario(seed=2, end_s=3 * 3600.0, admitted=tuple(shares)))
+    hour = (trace.t_s // 3600).astype(int)
+    assert trace.spend[hour == 1].sum() == 0
+    assert trace.spend[hour == 0].sum() > 0 and trace.spend[hour == 2].sum() > 0
+
+
+@given(
+    st.lists(st.floats(0, 1), min_size=10, max_size=10),  # ten minutes
+    st.floats(0, 590),
+    st.floats(1, 400),
+)
+def test_the_admitted_share_of_an_interval_is_a_mean_of_its_minutes(
+    shares: list[float], start: float, length: float
+) -> None:
+    end = min(start + length, 600.0)
+    got = admitted_share(shares, start, end)
+    covered = shares[int(start // 60) : int((end - 1e-9) // 60) + 1]
+    assert min(covered) - 1e-12 <= got <= max(covered) + 1e-12
+    assert admitted_share([0.25] * 10, start, end) == pytest.approx(0.25)
+    whole = admitted_share(shares, 60.0 * int(start // 60), 60.0 * (int(start // 60) + 1))
+    assert whole == pytest.approx(shares[int(start // 60)])

@@ -17,7 +17,7 @@ from hdrh.histogram import HdrHistogram
 
 from bidder.replay.load_shed import render_shed
 from bidder.replay.pacing_figures import KEYS as PACING_KEYS
-from bidder.replay.pacing_figures import limits_text, supply_text
+from bidder.replay.pacing_figures import admitted_text, limits_text, supply_text
 
 SECTIONS = (
     ("summary", "Summary"),
@@ -202,12 +202,13 @@ def _pacing(report: Mapping[str, Any], plots: Any) -> str:
             "-" if entry.get("supply_ratio") is None else f"{entry['supply_ratio']:.2f}x",
             *(_day_cell(entry, key) for key in PACING_KEYS),
             _offline_eod_range(entry),
+            admitted_text(entry),
             limits_text(entry.get("limits") or {}).removeprefix("limits: "),
         ]
         for name, entry in day.items()
     ]
     head = ["campaign", "supply", "EOD spend", "max cum error", "hours in band",
-            "offline EOD range", "limits"]  # fmt: skip
+            "offline EOD range", "offline on the supply live let through", "limits"]  # fmt: skip
     parts.append(
         '<p class="note">Spend per simulated hour (bars) against the pacing target (steps),'
         " and the offline simulator's spend on the same day where it ran (dashed).</p>"

@@ -1,4 +1,4 @@
-"""Requests shed for load, over a replay and by simulated hour."""
+"""Requests shed for load, over a replay, by simulated hour and by minute."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from bidder.replay.hourly_shares import WIDEST_HOURS
 from bidder.replay.load_shed import (
     MIN_HOUR_REQUESTS,
     SHED_GAP,
+    Admission,
     ShedTally,
+    admission,
     hourly_shed_shares,
     hours_shed_above,
     render_shed,
@@ -50,10 +52,15 @@ def test_the_tally_counts_by_the_simulated_hour_of_each_request() -> None:
     ]:
         tally.see(ts)
         tally.answer(reason, ts)
-    got = tally.json()
+    got = tally.json()["load_shed_by_hour"]
     assert got["requests"][7] == 3 and got["requests"][8] == 1 and got["requests"][23] == 1
     assert got["shed"][7] == 2 and got["shed"][8] == 0 and got["shed"][23] == 1
     assert sum(got["requests"]) == 5 and sum(got["shed"]) == 3
+    minutes = tally.json()["load_shed_by_minute"]
+    assert len(minutes["requests"]) == 24 * 60
+    assert minutes["requests"][7 * 60] == 2 and minutes["requests"][7 * 60 + 59] == 1
+    assert minutes["shed"][7 * 60] == 1 and minutes["shed"][7 * 60 + 59] == 1
+    assert sum(minutes["requests"]) == 5 and sum(minutes["shed"]) == 3
 
 
 def test_an_hour_with_few_requests_has_no_share() -> None:
@@ -115,3 +122,20 @@ def test_the_report_says_when_live_shed_more_than_its_calibration() -> None:
     assert "short of what live met" in render_shed({"live": 0.05, "calibration": 0.20})
     assert render_shed({"live": 0.10, "calibration": 0.105}).endswith("calibration 10.5%")
     assert "unknown without --supply-from" in render_shed(shed_section({"requests": 9}, None))
+
+
+def test_admission_is_the_share_not_shed_each_minute_and_puts_back_the_calibrations_own() -> None:
+    minutes = {"requests": [0] * (24 * 60), "shed": [0] * (24 * 60)}
+    minutes["requests"][600], minutes["shed"][600] = 200, 50
+    minutes["requests"][601] = 10
+    live = {"load_shed_by_minute": minutes}
+    hourly = [MIN_HOUR_REQUESTS * 2] * 24
+    hourly[5] = 1  # too few requests: the hour takes the day's share
+    calibration = _report(hourly, [MIN_HOUR_REQUESTS // 5] * 24)  # 10% an hour
+    got = admission(live, calibration)
+    assert got is not None
+    assert got.minutes[600] == 0.75 and got.minutes[601] == 1.0 and got.minutes[0] == 1.0
+    assert got.unshed[0] == 1 / 0.9
+    assert got.unshed[5] == 1 / (1 - shed_share(calibration))  # type: ignore[operator]
+    assert admission(live, None) == Admission(got.minutes, (1.0,) * 24)
+    assert admission({"requests": 5}, calibration) is None
