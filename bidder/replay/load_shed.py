@@ -126,7 +126,9 @@ def admission(live: Mapping[str, Any], calibration: Mapping[str, Any] | None) ->
     calibration = calibration or {}
     overall = shed_share(calibration) or 0.0
     hourly = hourly_shed_shares(calibration) or [None] * 24
-    unshed = tuple(1.0 / (1.0 - (overall if share is None else share)) for share in hourly)
+    shares = [overall if share is None else share for share in hourly]
+    # An hour it shed whole left no supply to scale: nothing to put back there.
+    unshed = tuple(1.0 / (1.0 - share) if share < 1.0 else 1.0 for share in shares)
     return Admission(minutes, unshed)
 
 

@@ -139,3 +139,5 @@ def test_admission_is_the_share_not_shed_each_minute_and_puts_back_the_calibrati
     assert got.unshed[5] == 1 / (1 - shed_share(calibration))  # type: ignore[operator]
     assert admission(live, None) == Admission(got.minutes, (1.0,) * 24)
     assert admission({"requests": 5}, calibration) is None
+    all_shed = _report([MIN_HOUR_REQUESTS] * 24, [MIN_HOUR_REQUESTS] * 24)
+    assert admission(live, all_shed) == Admission(got.minutes, (1.0,) * 24)
