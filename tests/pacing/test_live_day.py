@@ -24,7 +24,8 @@ so the +-10% hourly band is noise on both sides, and one simulated day is too: t
 offline figures are the mean of 10 seeds with their range. The relations of the
 acceptance, on that scale: every binding budget is spent and not past it (EOD at most
 1.02, and at least the simulator's lowest day less 10 points); the live EOD spend lies
-within 10 points of the simulator's range; the cumulative error is at most the
+within 10 points of the simulator's range, and of its range on the supply the live
+bidder let through (``offline_admitted``); the cumulative error is at most the
 simulator's worst plus 10 points; the ledger equals the DynamoDB totals. Hours in band
 are not compared: live had 0-5 of 24 (northwind) and 1-3 (ridgeway) over four runs,
 offline 2-7 and 3-10. Measured, four runs (three beside two CPU hogs, one beside the
@@ -52,6 +53,7 @@ from bidder.bidstream.generator import generate
 from bidder.bidstream.stream import read_stream
 from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
 from bidder.replay.campaign_outcomes import budgets_of
+from bidder.replay.load_shed import admission
 from bidder.replay.offline_days import offline_settings
 from bidder.replay.pacing_figures import pacing_section, sized
 from bidder.replay.replayer import ReplayOptions, replay
@@ -119,8 +121,9 @@ async def _day(stack: LocalStack, tmp_path: Path) -> dict[str, Any]:
     report = to_json(result)
     supply = orjson.loads(SUPPLY.read_bytes())
     pacing = pacing_section(
-        report["campaigns"], budgets, supply["campaigns"], offline, supply["supply_book"]
-    )
+        report["campaigns"], budgets, supply["campaigns"], offline, supply["supply_book"],
+        admission(report, supply),
+    )  # fmt: skip
     (tmp_path / "report.json").write_bytes(orjson.dumps({**report, "pacing": pacing}))
     return {"pacing": pacing, "sums": campaign_sums, "late_ms": start_at_ms}
 
@@ -140,7 +143,13 @@ def _binding(day: dict[str, Any]) -> dict[str, Any]:
 def _why(cid: str, entry: dict[str, Any]) -> str:
     """A failed check's context in full (the report is kept as ``report.json`` in the
     module's temporary directory)."""
-    keys = ("live", "offline_range", "hourly_spend_micros", "hourly_target_micros")
+    keys = (
+        "live",
+        "offline_range",
+        "offline_admitted",
+        "hourly_spend_micros",
+        "hourly_target_micros",
+    )
     return f"{cid}: " + ", ".join(f"{key}={entry.get(key)}" for key in keys)
 
 
@@ -169,6 +178,16 @@ def test_the_live_day_lands_within_the_simulators_range(day: dict[str, Any]) -> 
     for cid, entry in _binding(day).items():
         live, bounds = entry["live"], entry["offline_range"]
         assert _near(live["eod_spend_ratio"], bounds["eod_spend_ratio"], 0.10), _why(cid, entry)
+
+
+def test_on_the_supply_live_let_through_the_simulator_lands_where_live_does(
+    day: dict[str, Any],
+) -> None:
+    for cid, entry in _binding(day).items():
+        live, admitted = entry["live"], entry["offline_admitted"]
+        assert admitted is not None, _why(cid, entry)
+        bounds = admitted["range"]["eod_spend_ratio"]
+        assert _near(live["eod_spend_ratio"], bounds, 0.10), _why(cid, entry)
 
 
 def test_the_simulator_reads_its_supply_from_the_book(day: dict[str, Any]) -> None:
