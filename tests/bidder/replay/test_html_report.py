@@ -19,8 +19,9 @@ from bidder.cli import main
 from bidder.replay.campaign_outcomes import budgets_of
 from bidder.replay.html import COMPARE_SECTIONS, SECTIONS, write_html
 from bidder.replay.html.plots import percentile_curve
+from bidder.replay.load_shed import Admission
 from bidder.replay.offline_days import OfflineSettings
-from bidder.replay.pacing_figures import pacing_section
+from bidder.replay.pacing_figures import admitted_text, pacing_section
 from bidder.replay.replayer import replay
 from bidder.replay.report import ReplayResult, new_latency_histogram, record_latency, to_json
 from pacing.config_file import settings_in_force
@@ -67,7 +68,9 @@ def with_a_pacing_day(report: dict[str, Any]) -> dict[str, Any]:
     figures = {"k1": k1}
     offline = OfflineSettings(nodes=2, tick_s=360.0, chunk_periods=96, breaker_window_s=3600)
     supply = {"k1": {"spend_by_hour": [2_000_000] * 24, "ecpm_usd": 2.0}}
-    day = pacing_section(figures, budgets_of([campaign("k1", 24_000_000)]), supply, offline)
+    admitted = Admission((1.0,) * 1440, (1.0,) * 24)
+    budgets = budgets_of([campaign("k1", 24_000_000)])
+    day = pacing_section(figures, budgets, supply, offline, None, admitted)
     return {
         **report,
         "pacing": settings_in_force(None, 0.0625),
@@ -110,10 +113,13 @@ def test_the_pacing_day_section_shows_the_limits_the_offline_range_and_the_shed_
     day_page: Path,
 ) -> None:
     pacing = _section(day_page.read_text(), "pacing")
-    low, high = with_a_pacing_day({})["pacing_day"]["k1"]["offline_range"]["eod_spend_ratio"]
+    entry = with_a_pacing_day({})["pacing_day"]["k1"]
+    low, high = entry["offline_range"]["eod_spend_ratio"]
     for shown in (
         "offline EOD range",
         f"{low:.1%}-{high:.1%}",
+        "offline on the supply live let through",
+        admitted_text(entry),
         "supply allows 100.0% of the budget",
         "leases at the maximum bid can leave",
         "an hour&#x27;s spend varies",
