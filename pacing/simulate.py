@@ -111,8 +111,9 @@ class Scenario:
     spends its lease to the last micro."""
     admitted: tuple[float, ...] = ()
     """The share of each simulated minute's supply the bidder let through (1440 shares,
-    a live day's: ``bidder.replay.admitted``); empty: all of it. A bidder that sheds
-    requests for its own load loses that supply, in bursts as short as its stalls."""
+    a live day's: the replay report's ``load_shed_by_minute``); empty: all of it. A
+    bidder that sheds requests for its own load loses that supply, in bursts as short
+    as its stalls."""
     ledger_lag_ticks: float = 0.0
     """How many ticks behind the spend the reconciler sees is: each tick sees the spend
     applied by that instant (``seen_spend``; fractions of a tick allowed) and tells the
