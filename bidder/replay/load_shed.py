@@ -1,10 +1,14 @@
-"""Requests the bidder shed for its own load, over a replay and by simulated hour.
+"""Requests the bidder shed for its own load, over a replay, by simulated hour and minute.
 
 A request shed for load (``SHED``) is supply no campaign saw. On a live day the offline
 simulator's supply is the ``--supply-from`` replay's, so where the live day shed more
 than that replay, live met less supply than the simulator counts on; where that
 happens in a few hours, those hours fall under their targets and the next ones catch
-up, out of the ±10% band both. The report names those hours.
+up, out of the ±10% band both. The report names those hours. The bidder sheds in
+bursts as short as the stalls that cause them, and a burst of some simulated minutes
+takes an hour out of band where the same loss spread over the hour would not: so the
+tally is kept per minute too, and ``admission`` hands the offline days the supply live
+let through (``bidder.replay.pacing_figures.admitted_figures``).
 """
 
 from __future__ import annotations
