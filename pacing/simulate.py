@@ -25,7 +25,7 @@ import math
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -133,11 +133,9 @@ class Scenario:
 
         ``by_hour``: ``available_by_hour()``, when the caller already holds it."""
         hours = by_hour if by_hour is not None else self.available_by_hour()
-        total, at, end = 0.0, now_s, min(now_s + self.config.tick_s, float(DAY_S))
-        while at < end - 1e-9:  # a tick that crosses an hour takes each hour's share
-            upto = min(end, (int(at // HOUR_S) + 1) * HOUR_S)
-            total += hours[_hour(at)] * (upto - at) / HOUR_S
-            at = upto
+        end = min(now_s + self.config.tick_s, float(DAY_S))
+        # A tick that crosses an hour takes each hour's share.
+        total = sum(per_hour * s / HOUR_S for per_hour, s in _pieces(hours, HOUR_S, now_s, end))
         stepped = self.step_at_s is not None and now_s >= self.step_at_s
         if self.admitted:
             total *= admitted_share(self.admitted, now_s, end)
@@ -313,13 +311,20 @@ def seen_spend(applied: Sequence[int], lag_ticks: float) -> int:
 def admitted_share(admitted: Sequence[float], start_s: float, end_s: float) -> float:
     """The mean of the per-minute ``admitted`` shares over ``[start_s, end_s)``, each
     minute weighted by how much of it the interval covers (1 for an empty interval)."""
-    total, at = 0.0, start_s
-    while at < end_s - 1e-9:
-        minute = min(int(at // 60), len(admitted) - 1)
-        upto = min(end_s, (int(at // 60) + 1) * 60.0)
-        total += admitted[minute] * (upto - at)
-        at = upto
+    total = sum(share * s for share, s in _pieces(admitted, 60.0, start_s, end_s))
     return total / (end_s - start_s) if end_s > start_s else 1.0
+
+
+def _pieces(
+    values: Sequence[float], width_s: float, start_s: float, end_s: float
+) -> Iterator[tuple[float, float]]:
+    """``(value, seconds)`` for each window of ``width_s`` that ``[start_s, end_s)``
+    covers, ``values`` holding one value per window (the last one past their end)."""
+    at = start_s
+    while at < end_s - 1e-9:
+        upto = min(end_s, (int(at // width_s) + 1) * width_s)
+        yield values[min(int(at // width_s), len(values) - 1)], upto - at
+        at = upto
 
 
 def _hour(second: float) -> int:

@@ -89,8 +89,9 @@ class OfflineDay:
         scenario = self.with_supply(supply)
         if scenario is None:
             return []
-        scenario = replace(scenario, admitted=admitted)
-        return [run(replace(scenario, seed=seed)) for seed in range(1, seeds + 1)]
+        return [
+            run(replace(scenario, seed=seed, admitted=admitted)) for seed in range(1, seeds + 1)
+        ]
 
 
 def offline_settings(live: Settings, speed: float) -> OfflineSettings:

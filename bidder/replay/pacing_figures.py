@@ -393,7 +393,6 @@ def limits_text(found: Mapping[str, float | None]) -> str:
 
 __all__ = [
     "BINDS_AT", "CAPPED_GAP", "KEYS", "admitted_figures", "admitted_text", "capped_share",
-    "limits", "limits_text",
-    "live_above_supply", "pacing_section", "render_loop", "render_pacing",
-    "sized", "supply_text", "widest_capped_hours",
+    "limits", "limits_text", "live_above_supply", "pacing_section", "render_loop",
+    "render_pacing", "sized", "supply_text", "widest_capped_hours",
 ]  # fmt: skip
