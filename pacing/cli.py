@@ -12,7 +12,6 @@ import functools
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -43,6 +42,7 @@ from pacing.reconciler import DEFAULT_STREAM, build_reconciler, campaigns_from_s
 from pacing.report import day_report, describe
 from pacing.simulate import Market, Scenario, run
 from pacing.spend_table import SpendStoreError
+from pacing.stop_flag import SignalStop
 from pacing.tune import grid, tune
 
 _USER_ERRORS = (
@@ -340,7 +340,7 @@ def cmd_reconciler(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except RedisError as exc:
         raise StackError(f"valkey at {args.valkey} is not reachable: {exc}") from exc
-    stop = threading.Event()
+    stop = SignalStop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     on_sim = f" (simulated: {config.tick_s:g} s each)" if args.sim_clock else ""

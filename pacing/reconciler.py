@@ -36,7 +36,6 @@ are logged and counted (``bidsim_pacing_breaker_trips``); invariant violations t
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -67,6 +66,7 @@ from pacing.reconcile import (
 )
 from pacing.spend_reader import KinesisReader
 from pacing.spend_table import SpendStoreError, SpendTable
+from pacing.stop_flag import Stop
 from pacing.stream_lag import LagDecision, LagGate, applied_through_ms
 
 log = logging.getLogger("bidsim.reconciler")
@@ -275,7 +275,7 @@ _TICK_ERRORS = (SpendStoreError, ClientError, BotoCoreError, *VALKEY_FAILURES)
 def run_reconciler(
     reconciler: Reconciler,
     tick_s: float,
-    stop: threading.Event,
+    stop: Stop,
     clock: Clock | None = None,
 ) -> None:
     """Tick every ``tick_s`` until ``stop`` is set; a failed tick is logged, not fatal."""
