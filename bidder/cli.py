@@ -16,6 +16,7 @@ import tempfile
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import orjson
@@ -74,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = _parser().parse_args(argv)
     command: Callable[[argparse.Namespace], int] = args.command
+    previous = signal.signal(signal.SIGTERM, _stop_as_ctrl_c)
     try:
         return command(args)
     except KeyboardInterrupt:
@@ -84,6 +86,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except Exception as exc:
         return _report_bug(exc)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_as_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM stops a command the way Ctrl-C does, through SIGINT's handler of the
+    moment (a replay's event loop cancels its main task, so the bidder and the stack it
+    started shut down in order), or as a KeyboardInterrupt where SIGINT has no handler
+    of Python's (ignored, as in a job a shell started in the background). SIGTERM's own
+    default ends the process at once: its children then stop on their parent's death all
+    together, the workers after the Valkey and moto their last writes need."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
 
 
 def _report_bug(exc: Exception) -> int:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -135,6 +138,49 @@ def test_the_main_job_replays_a_stream_through_the_full_stack(tmp_path: Path) ->
     assert f"{ledger['acknowledged_bills']:,} bills acknowledged" in done.stdout
     assert f"HTML report written to {page}" in done.stdout
     assert '<section id="campaigns">' in page.read_text()
+
+
+def _processes_with(env_entry: str) -> list[int]:
+    """Pids of the processes whose environment holds ``env_entry``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if env_entry.encode() in environ.split(b"\0"):
+            found.append(int(pid))
+    return found
+
+
+def test_sigterm_stops_a_replay_as_ctrl_c_does_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    stream, tmp = tmp_path / "s.jsonl.gz", tmp_path / "tmp"
+    tmp.mkdir()
+    # A minute of sends: the signal comes while the replay is sending.
+    assert main(["gen", "--out", str(stream), "--requests", "6000", "--rate", "100"]) == 0
+    replay = subprocess.Popen(
+        [BIDSIM, "replay", stream, "--no-progress"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp)},  # this run's servers and files are marked
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp.glob("bidsim-reconciler-*")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2)  # the workers up, some requests sent
+        replay.send_signal(signal.SIGTERM)
+        _, err = replay.communicate(timeout=60)
+    finally:
+        replay.kill()
+    assert replay.returncode == 130, err
+    assert "bidsim: interrupted" in err and "Traceback" not in err
+    assert "failed, kept" not in err  # every worker archived its ledger
+    assert _processes_with(f"TMPDIR={tmp}") == []
+    assert not [p.name for p in tmp.iterdir() if p.name != "bidsim-spool"]
 
 
 def test_a_ledger_audit_of_a_bidder_elsewhere_is_a_one_line_error(
