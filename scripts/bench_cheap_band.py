@@ -165,7 +165,7 @@ async def bench(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     state = await build_state(settings)
     background = await start_background(state)
     try:
-        await asyncio.to_thread(wait_for_leases, settings, [pacing_node_id(os.getpid())])
+        await wait_for_leases(settings, [pacing_node_id(os.getpid())])
         return await measure(Paths(state), args)
     finally:
         await stop_background(state, background)

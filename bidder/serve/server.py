@@ -24,13 +24,12 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import redis
 from aiohttp import web
 from botocore.exceptions import BotoCoreError, ClientError
 
 from bidder.adapters.aws import aws_client
 from bidder.adapters.campaign_store import CampaignTable
-from bidder.adapters.valkey import VALKEY_FAILURES, connect_sync
+from bidder.adapters.valkey import VALKEY_FAILURES, connect_async
 from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
 from bidder.core.campaigns import Campaign
 from bidder.core.tokens import generate_key
@@ -176,7 +175,7 @@ async def running_bidder(
         try:
             if settings.reconciler:
                 nodes = [pacing_node_id(pid) for pid in pool.pids]
-                await asyncio.to_thread(wait_for_leases, settings, nodes)
+                await wait_for_leases(settings, nodes)
             await runner.setup()
             await web.TCPSite(runner, settings.host, settings.admin_port).start()
             yield RunningBidder(
@@ -207,32 +206,30 @@ def _metrics_dir() -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def wait_for_leases(settings: Settings, nodes: list[str]) -> None:
+async def wait_for_leases(settings: Settings, nodes: list[str]) -> None:
     """Until every node in ``nodes`` holds leases and has had time to read them.
 
     Bounded (3 ticks): after that the bidder serves anyway and answers ``no_lease``.
+    A stop during the wait (Ctrl-C, SIGTERM) ends it at once: it runs on the event loop,
+    not in a thread that the loop's shutdown would have to wait for.
     """
     if settings.valkey_url is None:
         return
     deadline = time.monotonic() + _LEASE_WAIT_TICKS * settings.pacing_tick_s
-    try:
-        client = connect_sync(
-            settings.valkey_url, cluster=settings.valkey_cluster, timeout_s=_LEASE_WAIT_TIMEOUT_S
-        )
-    except redis.RedisError as exc:
-        log.warning("cannot see the pacing leases (%s); going on", exc)
-        return
+    client = connect_async(
+        settings.valkey_url, cluster=settings.valkey_cluster, timeout_s=_LEASE_WAIT_TIMEOUT_S
+    )
     try:
         while time.monotonic() < deadline:
-            if all(client.exists(leases_key(node)) for node in nodes):
+            if await client.exists(*(leases_key(node) for node in nodes)) == len(nodes):
                 # Each worker re-reads its leases at this interval.
-                time.sleep(
+                await asyncio.sleep(
                     1.5 * refresh_interval_s(settings.lease_refresh_s, settings.pacing_tick_s)
                 )
                 return
-            time.sleep(0.1)
+            await asyncio.sleep(0.1)
         log.warning("workers have no pacing leases yet: bids answer no_lease until they do")
     except VALKEY_FAILURES as exc:
         log.warning("cannot see the pacing leases (%s); going on", exc)
     finally:
-        client.close()
+        await client.aclose()

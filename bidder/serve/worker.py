@@ -25,6 +25,9 @@ deferred journal are adopted by another process, the leases expire):
    then return them: ``pacing.refresher.return_leases``), the Snowflake id lease, the
    clients.
 
+A stopping worker ends ``EXIT_BACKSTOP_S`` after its SIGTERM at the latest
+(``exit_within``), even with no pool left to kill it.
+
 Background jobs are kept running while the worker serves (``keep_running``): one that
 fails with an error it does not handle is logged, counted and started again.
 
@@ -61,6 +64,8 @@ DRAIN_S = 2.0
 """How long requests in progress at shutdown may take to finish."""
 SHUTDOWN_GRACE_S = 7.0
 """The whole graceful stop: drain (2 s), flush (2 s), the rest (about 1.5 s)."""
+EXIT_BACKSTOP_S = SHUTDOWN_GRACE_S + 3.0
+"""A stopping worker has ended this long after its SIGTERM, whatever happens (``exit_within``)."""
 
 
 def run_worker(settings: Settings, parent_pid: int, conn: Connection) -> None:
@@ -159,7 +164,20 @@ async def _serve(settings: Settings, conn: Connection) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     conn.send(("ready", os.getpid()))
     await stop.wait()
+    exit_within(EXIT_BACKSTOP_S)
     await shutdown(state, site, background)
+
+
+def exit_within(seconds: float) -> None:
+    """Have the kernel end this process ``seconds`` from now (SIGALRM, whose default
+    action ends it). The graceful stop is bounded by its timeouts; the event loop's last
+    cancel of the tasks left after it is not: on Python 3.11 a task can drop a cancel
+    (``asyncio.wait_for`` returns a result that arrived with it) and loop on, and the
+    loop then waits for it forever. The pool kills such a worker, but a worker whose
+    pool is gone (the supervisor killed) would live on. Ending it loses nothing: the
+    spool and the deferred journal are written ahead."""
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
 
 
 async def shutdown(

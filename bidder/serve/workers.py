@@ -165,7 +165,11 @@ class WorkerPool:
         self._stopping = False
         started = [self._spawn() for _ in range(self._settings.workers)]
         self._slots = [_Slot(i, proc) for i, (proc, _) in enumerate(started)]
-        problems = await asyncio.gather(*(_await_ready(pipe) for _, pipe in started))
+        try:
+            problems = await asyncio.gather(*(_await_ready(pipe) for _, pipe in started))
+        except asyncio.CancelledError:  # stopped while starting: no worker outlives it
+            await self.stop()
+            raise
         if any(problems):
             await self.stop()
             raise WorkerPoolError("; ".join(sorted({p for p in problems if p})))

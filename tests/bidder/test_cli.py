@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -153,15 +154,42 @@ def _processes_with(env_entry: str) -> list[int]:
     return found
 
 
+def _segments(tmp: Path) -> list[Path]:
+    """The ledger spool segments of the workers of the replay marked by ``tmp``."""
+    return list(tmp.glob("bidsim-spool/*/*.seg"))
+
+
+def _billed(tmp: Path) -> bool:
+    """A bill is spooled: requests were answered and notices sent."""
+    return any(seg.stat().st_size for seg in _segments(tmp))
+
+
+def _waiting_for_leases(tmp: Path) -> bool:
+    """Each worker opens its segment as it starts; about a second later it is ready and
+    the bidder waits for leases, which a 60 s pacing tick grants only at the
+    reconciler's next tick. Three seconds on, the replay is inside that wait."""
+    if not _segments(tmp):
+        return False
+    time.sleep(3)
+    return True
+
+
+_WHILE_SENDING = ((), _billed)
+_WHILE_STARTING = (("--clock", "real", "--pacing-tick-s", "60"), _waiting_for_leases)
+
+
+@pytest.mark.parametrize(
+    ("options", "stop_when"), [_WHILE_SENDING, _WHILE_STARTING], ids=["sending", "starting"]
+)
 def test_sigterm_stops_a_replay_as_ctrl_c_does_and_leaves_nothing_running(
-    tmp_path: Path,
+    tmp_path: Path, options: tuple[str, ...], stop_when: Callable[[Path], bool]
 ) -> None:
     stream, tmp = tmp_path / "s.jsonl.gz", tmp_path / "tmp"
     tmp.mkdir()
-    # A minute of sends: the signal comes while the replay is sending.
+    # A minute of sends: the replay is still sending when the signal comes.
     assert main(["gen", "--out", str(stream), "--requests", "6000", "--rate", "100"]) == 0
     replay = subprocess.Popen(
-        [BIDSIM, "replay", stream, "--no-progress"],
+        [BIDSIM, "replay", stream, "--no-progress", *options],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -169,10 +197,11 @@ def test_sigterm_stops_a_replay_as_ctrl_c_does_and_leaves_nothing_running(
     )
     try:
         deadline = time.monotonic() + 60
-        while not list(tmp.glob("bidsim-reconciler-*")) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(2)  # the workers up, some requests sent
+        while not stop_when(tmp) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stop_when(tmp), "the replay never reached the moment to stop it"
         replay.send_signal(signal.SIGTERM)
+        # The wait for leases would last 3 ticks (180 s) if a stop did not end it.
         _, err = replay.communicate(timeout=60)
     finally:
         replay.kill()
@@ -181,6 +210,7 @@ def test_sigterm_stops_a_replay_as_ctrl_c_does_and_leaves_nothing_running(
     assert "failed, kept" not in err  # every worker archived its ledger
     assert _processes_with(f"TMPDIR={tmp}") == []
     assert not [p.name for p in tmp.iterdir() if p.name != "bidsim-spool"]
+    assert not [seg.name for seg in _segments(tmp) if seg.stat().st_size]  # archived
 
 
 def test_a_ledger_audit_of_a_bidder_elsewhere_is_a_one_line_error(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import socket
 
 import aiohttp
@@ -122,3 +123,25 @@ async def test_a_bidder_without_a_reachable_aws_endpoint_fails_start_up(
     with pytest.raises(PrepareError, match="cannot prepare AWS resources"):
         async with running_bidder(settings):
             await asyncio.sleep(0)
+
+
+@pytest.mark.asyncio
+async def test_a_stop_during_start_up_leaves_no_worker_running(bidder_settings: Settings) -> None:
+    settings = _fresh(bidder_settings, workers=2)
+
+    async def serve() -> None:
+        async with running_bidder(settings):
+            raise AssertionError("stopped before serving, so never here")
+
+    starting = asyncio.create_task(serve())
+    # The workers take about a second to import: the stop comes while the pool waits
+    # for them (or, on a fast machine, during the wait for their leases).
+    for _ in range(3000):  # until the pool has spawned them (at most 30 s)
+        if multiprocessing.active_children():
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert multiprocessing.active_children() == []
