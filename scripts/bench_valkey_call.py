@@ -18,10 +18,17 @@ Per path and round: client CPU (``time.process_time``) and wall time per call, t
 valkey-server process's CPU per call (utime + stime from ``/proc/<pid>/stat``), and
 for ``pipelined`` the commands per write. Both paths run on uvloop in one process
 against one fresh server, alternating which goes first; medians over ``--rounds``.
-Ratios are pipelined / pool (below 1: the pipelined connection is cheaper). The
-last line printed is one JSON object.
+Ratios are pipelined / pool (below 1: the pipelined connection is cheaper).
+
+``--paced GAP_MS ...``: instead, the round trip of the pipelined path at a pace, one
+call at a time with GAP_MS between calls (``--paced-calls`` each), as a bidder that is
+not saturated makes them: wall time percentiles, and each p50 against the
+back-to-back one (gap 0) of the same run. Between calls the client and the server both
+sleep, so a paced call pays the wake-ups (on a virtual machine, of an idle vCPU)
+that back-to-back calls skip. The last line printed is one JSON object.
 
     .venv/bin/python scripts/bench_valkey_call.py [--calls 40000 --rounds 5 --in-flight 1 8 32]
+    .venv/bin/python scripts/bench_valkey_call.py --paced 0 0.5 2 10 [--paced-calls 1000]
 """
 
 from __future__ import annotations
@@ -135,6 +142,34 @@ async def measure(url: str, pid: int, calls: int, rounds: int, levels: list[int]
     return figures
 
 
+async def measure_paced(url: str, gaps_ms: list[float], calls: int) -> dict[str, Any]:
+    client = connect_async(url, timeout_s=5.0)
+    await client.hset(KEY, mapping={field: n for n, field in enumerate(FIELDS)})
+    await client.aclose()
+    connection = connect_pipelined(url, connect_timeout_s=5.0)
+    await connection.connect()
+    call = pipelined_call(connection)
+    figures = {f"gap_{gap:g}_ms": await paced(call, calls, gap / 1000) for gap in [0.0, *gaps_ms]}
+    await connection.aclose()
+    base = figures["gap_0_ms"]["p50_us"]
+    for values in figures.values():
+        values["p50_ratio"] = round(values["p50_us"] / base, 2)
+    return figures
+
+
+async def paced(call: Call, calls: int, gap_s: float) -> dict[str, float]:
+    """Wall µs percentiles of ``calls`` round trips, one at a time, ``gap_s`` apart."""
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter_ns()
+        await call()
+        times.append((time.perf_counter_ns() - start) / 1000)
+        if gap_s:
+            await asyncio.sleep(gap_s)
+    times.sort()
+    return {f"p{q}_us": round(times[len(times) * q // 100], 1) for q in (50, 90, 99)}
+
+
 def summary(samples: dict[str, list[dict[str, float]]], batches: list[float]) -> dict[str, Any]:
     medians = {
         path: {name: statistics.median(s[name] for s in runs) for name in runs[0]}
@@ -154,21 +189,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=40_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--in-flight", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--paced", type=float, nargs="+", metavar="GAP_MS")
+    parser.add_argument("--paced-calls", type=int, default=1000)
     args = parser.parse_args(argv)
-    if args.calls < 1 or args.rounds < 1 or min(args.in_flight) < 1:
-        parser.error("--calls, --rounds and --in-flight must be at least 1")
+    if args.calls < 1 or args.rounds < 1 or min(args.in_flight) < 1 or args.paced_calls < 1:
+        parser.error("--calls, --rounds, --in-flight and --paced-calls must be at least 1")
+    if args.paced and min(args.paced) < 0:
+        parser.error("--paced gaps must be 0 ms or more")
     with tempfile.TemporaryDirectory(prefix="bench-valkey-call-") as workdir:
         node = ValkeyNode(Path(workdir), free_port())
         try:
             node.start()
-            figures = uvloop.run(
-                measure(node.url, node.pid, args.calls, args.rounds, args.in_flight)
-            )
+            if args.paced:
+                figures = uvloop.run(measure_paced(node.url, args.paced, args.paced_calls))
+            else:
+                figures = uvloop.run(
+                    measure(node.url, node.pid, args.calls, args.rounds, args.in_flight)
+                )
         finally:
             node.stop()
     for level, values in figures.items():
         print(level, values)
-    line = {"bench": "valkey_call", "calls": args.calls, "rounds": args.rounds, **figures}
+    if args.paced:
+        line = {"bench": "valkey_call_paced", "calls": args.paced_calls, **figures}
+    else:
+        line = {"bench": "valkey_call", "calls": args.calls, "rounds": args.rounds, **figures}
     print(orjson.dumps(line).decode())
     return 0
 
