@@ -35,6 +35,7 @@ from bidder.replay.options import DEFAULT_CONNECTIONS
 from bidder.replay.pacing_figures import pacing_section, render_loop, render_pacing
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import ReplayResult, render_table, to_json
+from bidder.replay.slowest import SLOWEST_KEPT
 from bidder.replay.stream_clock import (
     ClockFit,
     StreamClock,
@@ -99,6 +100,10 @@ def replay_parser(p: argparse.ArgumentParser) -> None:
         help="share of requests that ask the bidder for its stage times (0-1; default all)",
     )  # fmt: skip
     p.add_argument(
+        "--slowest", type=int, default=SLOWEST_KEPT, metavar="N",
+        help=f"the JSON report lists the N slowest of those answers (default {SLOWEST_KEPT})",
+    )  # fmt: skip
+    p.add_argument(
         "--no-campaign-trace", action="store_true",
         help="don't ask the bidder what it decided per campaign (eligible, capped, shading)",
     )  # fmt: skip
@@ -155,6 +160,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         budgets=_budgets(settings, campaigns),
         throttle=None if args.no_throttle else ThrottleRule(threshold=args.throttle_threshold),
         stage_times=args.stage_times,
+        slowest=args.slowest,
         campaign_trace=not args.no_campaign_trace,
         cap_subjects=build_subjects(campaigns),
     )

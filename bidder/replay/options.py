@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from bidder.bidstream.auction import Market
 from bidder.replay.campaign_outcomes import Budget
 from bidder.replay.schedule import Pacing
+from bidder.replay.slowest import SLOWEST_KEPT
 from bidder.replay.throttle import ThrottleRule
 from bidder.replay.viewability import DEFAULT_RATES
 from bidder.supply.path import DEFAULT_POLICY, PathPolicy
@@ -57,6 +58,8 @@ class ReplayOptions:
     """Share of wins per format that become viewable (``viewability``)."""
     stage_times: float = 0.0
     """Share (0-1) of requests that ask the bidder for its stage times (``slowest``)."""
+    slowest: int = SLOWEST_KEPT
+    """How many of the slowest answers with stage times the report lists (JSON)."""
     campaign_trace: bool = False
     """Every request asks the bidder what it decided per campaign (``campaign_outcomes``)."""
     cap_subjects: Mapping[tuple[str, str], Subject] = field(default_factory=dict)
@@ -78,6 +81,8 @@ class ReplayOptions:
             for name in ("warmup_s", "notice_drain_s", "notice_window_ms")
             if getattr(self, name) < 0
         ]
+        if self.slowest < 0:
+            problems.append(f"slowest must not be negative, got {self.slowest}")
         if not 0 <= self.stage_times <= 1:
             problems.append(f"stage_times must be 0-1, got {self.stage_times}")
         if not 0 <= self.duplicate_notices <= 1:

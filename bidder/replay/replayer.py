@@ -56,7 +56,7 @@ from bidder.replay.options import ReplayOptions
 from bidder.replay.over_cap import OverCapTally
 from bidder.replay.report import ReplayResult, record_latency
 from bidder.replay.schedule import Scheduled, schedule
-from bidder.replay.slowest import asks_for_times
+from bidder.replay.slowest import SlowestAnswers, asks_for_times
 from bidder.replay.throttle import Throttle
 from bidder.replay.viewability import imp_formats
 
@@ -116,6 +116,7 @@ class _Replay:
                 dict(options.budgets), over_cap=OverCapTally(options.cap_subjects)
             ),
             warmup_s=options.warmup_s,
+            slowest=SlowestAnswers(options.slowest),
         )
         self._notices = NoticeSender(options, self.result.auction, self.result.views)
         self._throttle = None if options.throttle is None else Throttle(options.throttle)

@@ -18,7 +18,7 @@ import orjson
 
 from bidder.pipeline.stage_times import parse_header
 
-KEEP = 20
+SLOWEST_KEPT = 20
 _GOLDEN = 0.6180339887498949
 
 
@@ -51,7 +51,7 @@ class SlowAnswer:
 
 @dataclass(slots=True)
 class SlowestAnswers:
-    keep: int = KEEP
+    keep: int = SLOWEST_KEPT
     timed: int = 0
     """Answers that carried stage times."""
     _heap: list[tuple[int, int, SlowAnswer]] = field(default_factory=list)
@@ -61,7 +61,7 @@ class SlowestAnswers:
     ) -> None:
         """One timed answer; kept while it is among the slowest."""
         self.timed += 1
-        if len(self._heap) >= self.keep and corrected_us <= self._heap[0][0]:
+        if len(self._heap) >= self.keep and (not self._heap or corrected_us <= self._heap[0][0]):
             return
         answer = SlowAnswer(
             corrected_us, _request_id(body), ssp, outcome, tuple(parse_header(header))

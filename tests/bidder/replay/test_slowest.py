@@ -53,7 +53,7 @@ def test_the_requests_that_ask_are_the_share_asked_for(n: int, share: float) -> 
     assert abs(asked - n * share) <= 3
 
 
-@given(st.lists(st.integers(0, 10**6), max_size=100), st.integers(1, 10))
+@given(st.lists(st.integers(0, 10**6), max_size=100), st.integers(0, 10))
 def test_the_slowest_answers_kept_are_the_slowest(latencies: list[int], keep: int) -> None:
     slowest = SlowestAnswers(keep=keep)
     for seq, us in enumerate(latencies):
@@ -138,3 +138,8 @@ def test_without_asking_no_answer_carries_stage_times(bidder_settings: Settings)
 def test_a_share_outside_0_1_is_refused(share: float) -> None:
     with pytest.raises(ValueError, match="stage_times"):
         ReplayOptions(stage_times=share)
+
+
+def test_a_negative_count_of_slowest_answers_is_refused() -> None:
+    with pytest.raises(ValueError, match="slowest"):
+        ReplayOptions(slowest=-1)
