@@ -164,25 +164,26 @@ def _billed(tmp: Path) -> bool:
     return any(seg.stat().st_size for seg in _segments(tmp))
 
 
-def _waiting_for_leases(tmp: Path) -> bool:
-    """Each worker opens its segment as it starts; about a second later it is ready and
-    the bidder waits for leases, which a 60 s pacing tick grants only at the
-    reconciler's next tick. Three seconds on, the replay is inside that wait."""
-    if not _segments(tmp):
-        return False
-    time.sleep(3)
-    return True
+def _started(tmp: Path) -> bool:
+    """Each worker opens its segment as it starts."""
+    return bool(_segments(tmp))
 
 
-_WHILE_SENDING = ((), _billed)
-_WHILE_STARTING = (("--clock", "real", "--pacing-tick-s", "60"), _waiting_for_leases)
+# While sending: the signal once a bill is spooled. While starting: the workers are
+# ready about a second after they open their segments, and the bidder then waits for
+# their leases, which a 60 s pacing tick grants only at the reconciler's next tick;
+# the signal 3 s after the segments appear lands inside that wait.
+_WHILE_SENDING = ((), _billed, 0.0)
+_WHILE_STARTING = (("--clock", "real", "--pacing-tick-s", "60"), _started, 3.0)
 
 
 @pytest.mark.parametrize(
-    ("options", "stop_when"), [_WHILE_SENDING, _WHILE_STARTING], ids=["sending", "starting"]
+    ("options", "reached", "then_s"),
+    [_WHILE_SENDING, _WHILE_STARTING],
+    ids=["sending", "starting"],
 )
 def test_sigterm_stops_a_replay_as_ctrl_c_does_and_leaves_nothing_running(
-    tmp_path: Path, options: tuple[str, ...], stop_when: Callable[[Path], bool]
+    tmp_path: Path, options: tuple[str, ...], reached: Callable[[Path], bool], then_s: float
 ) -> None:
     stream, tmp = tmp_path / "s.jsonl.gz", tmp_path / "tmp"
     tmp.mkdir()
@@ -197,9 +198,10 @@ def test_sigterm_stops_a_replay_as_ctrl_c_does_and_leaves_nothing_running(
     )
     try:
         deadline = time.monotonic() + 60
-        while not stop_when(tmp) and time.monotonic() < deadline:
+        while not reached(tmp) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert stop_when(tmp), "the replay never reached the moment to stop it"
+        assert reached(tmp), "the replay never reached the moment to stop it"
+        time.sleep(then_s)
         replay.send_signal(signal.SIGTERM)
         # The wait for leases would last 3 ticks (180 s) if a stop did not end it.
         _, err = replay.communicate(timeout=60)
