@@ -1,10 +1,10 @@
-"""moto's server as the local stack runs it: four costs removed, two races closed.
+"""moto's server as the local stack runs it: five costs removed, two races closed.
 
 moto stands in for AWS on the same cores as the bidder under test, so whatever CPU it
 burns is taken from the bidder's latency. None of the changes alters what a call
 answers (the figures behind each: docs/decisions.md, "Processes and operations").
 
-Costs, all but the last growing with the run:
+Costs, the first three growing with the run:
 
 * Garbage collection: survivors of each full collection are frozen, so the next one
   walks only what arrived since (moto keeps every record and item as Python objects).
@@ -18,8 +18,14 @@ Costs, all but the last growing with the run:
   GetRecords starts at the number it asks for instead of walking from the first.
 * Routing: moto's listing of its own package directory, made on every request to find
   the backend, is made once (it cannot change while the server runs).
+* Connections: moto's own server (werkzeug's development server) closes the connection
+  after every answer, so each boto3 call opened a TCP connection and moto started a
+  thread for it. moto's application is served here by waitress: HTTP/1.1 connections
+  kept open as AWS keeps them, and a fixed pool of request threads (``THREADS``). Like
+  werkzeug, waitress drops request headers with an underscore in their name; moto's
+  server put back S3 metadata spelled that way, which no caller here sends.
 
-Races between moto's request threads (each request runs on a thread of its own):
+Races between moto's request threads (any two requests may run at once):
 
 * Kinesis shards are used under a lock. ``Shard.put_record`` reads the shard's last
   sequence number, then stores the record under the next one: two PutRecords on one
@@ -36,9 +42,11 @@ Races between moto's request threads (each request runs on a thread of its own):
 
 from __future__ import annotations
 
+import argparse
 import copy
 import functools
 import gc
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -46,6 +54,12 @@ from typing import Any
 
 from moto.dynamodb.models.dynamo_type import DynamoType
 
+THREADS = 4
+"""Requests moto answers at once. Its handlers hold the GIL nearly throughout, so more
+threads would add switching, not answers."""
+CONNECTION_LIMIT = 1000
+"""Open connections waitress accepts (its default is 100): every bidder worker, the
+reconciler and the replay keep a pool of connections each."""
 _OLDEST = 2
 _ITEM_WRITES = ("transact_write_items", "put_item", "update_item", "delete_item")
 """The DynamoDB backend's writes of items that a transaction must not interleave with."""
@@ -213,14 +227,38 @@ def _holding(
     return locked
 
 
-def main() -> None:
+def apply_corrections() -> None:
+    """Every change of the module docstring but the server: costs and races."""
     gc.callbacks.append(_freeze_after_full_collection)
     fix_dynamodb_transactions()
     list_moto_modules_once()
     fix_kinesis_shards()
-    from moto.server import main as moto_main
 
-    moto_main(sys.argv[1:])
+
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bidder.stack.moto_server")
+    parser.add_argument("-H", "--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("-p", "--port", type=int, default=5000, help="port to listen on")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _arguments(sys.argv[1:] if argv is None else argv)
+    apply_corrections()
+    import waitress
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+    # moto builds URLs that name its own server (an SQS queue's, a presigned one) from it.
+    os.environ.setdefault("MOTO_PORT", str(args.port))
+    waitress.serve(
+        DomainDispatcherApplication(create_backend_app),
+        host=args.host,
+        port=args.port,
+        threads=THREADS,
+        connection_limit=CONNECTION_LIMIT,
+        asyncore_use_poll=True,  # select() fails past 1,024 descriptors
+        _quiet=True,
+    )
 
 
 if __name__ == "__main__":
