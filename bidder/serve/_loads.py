@@ -25,7 +25,12 @@ from bidder.serve.settings import Settings
 from bidder.supply.files import DirectorySource, S3Source, SupplyCache, SupplySource
 from bidder.winloop.archive import LedgerArchive
 from bidder.winloop.deferred import DeferredJournal
-from bidder.winloop.spend_stream import KinesisStream, SpendProducer, default_spool_dir
+from bidder.winloop.spend_stream import (
+    KinesisStream,
+    SpendProducer,
+    default_spool_dir,
+    deferred_dir,
+)
 from bidder.winloop.spool import Spool
 from models.scorer import ArtifactError, ModelHandle
 from models.serving import Pricer
@@ -131,7 +136,7 @@ async def ledger_producer(settings: Settings, endpoint: str, clock: Clock) -> Sp
 
 async def deferred_journal(settings: Settings, endpoint: str, clock: Clock) -> DeferredJournal:
     spool_dir = settings.spool_dir or default_spool_dir(settings.spend_stream, endpoint)
-    directory = spool_dir / "deferred"  # a subdirectory: the spool adopts only its own *.seg
+    directory = deferred_dir(spool_dir)
     try:
         journal = DeferredJournal(directory, clock)
         await journal.open()

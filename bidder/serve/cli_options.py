@@ -20,6 +20,7 @@ from bidder.serve.settings import Settings, SettingsError
 from bidder.stack.local import LocalStack
 from bidder.stack.regions import LocalRegions
 from bidder.supply.path import PolicyError, parse_domains, parse_fees, parse_preference
+from bidder.winloop.spend_stream import default_spool_dir, remove_empty_spool
 
 _D = Settings()
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -209,14 +210,29 @@ def _add_money_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--spool-dir", type=Path, metavar="DIR")
 
 
-def local_stack(args: argparse.Namespace, settings: Settings) -> LocalStack:
-    """The embedded servers the settings do not point elsewhere (StackError explains)."""
-    return LocalStack(
+@contextlib.contextmanager
+def local_stack(args: argparse.Namespace, settings: Settings) -> Iterator[LocalStack]:
+    """The embedded servers the settings do not point elsewhere, started for the block
+    (StackError explains).
+
+    A moto started here lives on a port of its own, so the default spool named after it
+    (``default_spool_dir``) serves no later run: once stopped, it is removed if empty.
+    An entry left in it is kept."""
+    stack = LocalStack(
         valkey_url=settings.valkey_url,
         aws_endpoint=settings.aws_endpoint,
         cluster=args.local_cluster,
         cluster_replicas=args.local_cluster_replicas,
     )
+    with stack:
+        own_spool = None
+        if settings.aws_endpoint is None and settings.spool_dir is None:
+            own_spool = default_spool_dir(settings.spend_stream, stack.aws_endpoint)
+        try:
+            yield stack
+        finally:
+            if own_spool is not None:
+                remove_empty_spool(own_spool)
 
 
 @contextlib.contextmanager

@@ -109,6 +109,25 @@ def default_spool_dir(stream: str, aws_endpoint: str | None) -> Path:
     return Path(tempfile.gettempdir()) / "bidsim-spool" / f"{stream}-{digest}"
 
 
+def deferred_dir(spool_dir: Path) -> Path:
+    """Where the deferred-notice journal lives: a subdirectory, since the spool adopts
+    every ``*.seg`` of its own directory."""
+    return spool_dir / "deferred"
+
+
+def remove_empty_spool(spool_dir: Path) -> bool:
+    """Remove ``spool_dir`` and its journal's directory if nothing is left in them; a
+    file left there (an entry not yet shipped) keeps both. True if removed."""
+    for directory in (deferred_dir(spool_dir), spool_dir):
+        try:
+            directory.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:  # not empty
+            return False
+    return True
+
+
 @dataclass(eq=False)
 class _Tracked:
     segment: Segment
