@@ -29,7 +29,13 @@ from bidder.serve.server import prepare_resources
 from bidder.serve.settings import Settings
 from bidder.stack.child import held_port
 from bidder.winloop.archive import LedgerArchive
-from bidder.winloop.spend_stream import KinesisStream, SpendProducer, ensure_stream
+from bidder.winloop.spend_stream import (
+    KinesisStream,
+    SpendProducer,
+    deferred_dir,
+    ensure_stream,
+    remove_empty_spool,
+)
 from bidder.winloop.spool import Segment, Spool
 from tests.bidder.conftest import EXTERNAL
 from tests.bidder.live import LiveBidder
@@ -306,3 +312,19 @@ def _wait_for_stream(kinesis: Any, name: str, at_least: int) -> list[tuple[str, 
         threading.Event().wait(0.1)
         found = read_records(kinesis, name)
     return found
+
+
+def test_an_empty_spool_goes_with_its_journal_directory(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    deferred_dir(spool).mkdir(parents=True)
+    assert remove_empty_spool(spool)
+    assert not spool.exists()
+
+
+@pytest.mark.parametrize("left", ["w1.seg", "deferred/w1.seg"])
+def test_a_spool_holding_a_file_keeps_it(tmp_path: Path, left: str) -> None:
+    spool = tmp_path / "spool"
+    deferred_dir(spool).mkdir(parents=True)
+    (spool / left).write_bytes(b"an entry not yet shipped")
+    assert not remove_empty_spool(spool)
+    assert (spool / left).read_bytes() == b"an entry not yet shipped"
