@@ -272,7 +272,8 @@ class SpendProducer:
         metrics.SPOOL_DEPTH.set(len(self._unsent))
 
     async def close(self, flush_timeout_s: float = 2.0) -> None:
-        """Finish pending writes, try to ship what is queued, release every segment."""
+        """Finish pending writes, try to ship what is queued, release every segment;
+        an empty one is removed."""
         await self._commits.drain()
         if self._active is not None:
             self._active.sealed = True
@@ -283,7 +284,10 @@ class SpendProducer:
                     pass
                 await self.finish_segments()
         for tracked in self._segments:
-            await self._in(self._disk, tracked.segment.close)
+            segment = tracked.segment
+            # An empty segment has nothing to ship or archive, and left behind it would
+            # keep a finished run's spool directory: it goes even when time ran out.
+            await self._in(self._disk, segment.remove if segment.size == 0 else segment.close)
         self._segments.clear()
         self._disk.shutdown(wait=False)
         self._aws.shutdown(wait=False)

@@ -159,6 +159,20 @@ async def test_a_delivered_rolled_segment_is_archived_then_deleted(env: Fixture)
 
 
 @pytest.mark.asyncio
+async def test_a_close_cut_short_removes_its_empty_segment_and_keeps_the_others(
+    env: Fixture,
+) -> None:
+    producer = await env.producer(roll_s=60.0)
+    await producer.append(entry(1))  # the stream is down: it stays in the spool
+    env.clock.advance(61.0)
+    await producer.finish_segments()  # rolls by age: the new active segment is empty
+    assert len(list(env.spool_dir.glob("*.seg"))) == 2
+    await producer.close(flush_timeout_s=0)  # no time to ship, archive or remove
+    assert len(list(env.spool_dir.glob("*.seg"))) == 1
+    assert on_disk(env.spool_dir) == [entry(1).encode()]
+
+
+@pytest.mark.asyncio
 async def test_a_segment_is_not_archived_before_its_entries_are_streamed(env: Fixture) -> None:
     producer = await env.producer(roll_bytes=1)
     await producer.append(entry(1))
