@@ -23,19 +23,18 @@ kept connections are cheaper). The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from bidder.adapters.aws import aws_client
-from bidder.stack.child import ChildProcess, free_port
+from bidder.stack.child import ChildProcess, cpu_s, free_port
+from bidder.stack.local import moto_answers
 
 CLOSED_SERVER = (
     "import sys; from bidder.stack.moto_server import apply_corrections; "
@@ -47,24 +46,11 @@ KEYS = [f"user-{n}" for n in range(8)]
 RECORD = orjson.dumps({"bid_id": 7_301_234_567_890_123_456, "campaign": "c1", "micros": 1234})
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def start(argv: list[str], name: str, workdir: Path) -> tuple[ChildProcess, str]:
     port = free_port()
     child = ChildProcess(name, [*argv, "-H", "127.0.0.1", "-p", str(port)], workdir / f"{name}.log")
     url = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            with urllib.request.urlopen(f"{url}/moto-api/", timeout=0.5):
-                return True
-        except OSError:
-            return False
-
-    child.wait_ready(answers, 30.0)
+    child.wait_ready(lambda: moto_answers(url), 30.0)
     return child, url
 
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import tempfile
@@ -51,22 +50,15 @@ from redis.asyncio import ConnectionPool, Redis
 from bidder.adapters.valkey import AsyncValkey, connect_async, connect_pipelined
 from bidder.adapters.valkey_pipelined import PipelinedConnection, pack
 from bidder.adapters.valkey_wait import Waiter
-from bidder.stack.child import free_port
+from bidder.stack.child import cpu_s, free_port
 from bidder.stack.cluster import ValkeyNode
 
 KEY = "u:{b:bench-user}"
 FIELDS = [f"c{n:04d}:d:20454" for n in range(10)]
 COMMAND = pack(b"HMGET", KEY, *FIELDS)
 LIMIT_S = 1.0
-TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 Call = Callable[[], Awaitable[Any]]
-
-
-def server_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * TICK_S
 
 
 def pipelined_call(connection: PipelinedConnection) -> Call:
@@ -104,11 +96,11 @@ async def run(call: Call, calls: int, in_flight: int, pid: int) -> dict[str, flo
             await call()
 
     shares = [calls // in_flight + (n < calls % in_flight) for n in range(in_flight)]
-    cpu, server, wall = time.process_time(), server_cpu_s(pid), time.perf_counter()
+    cpu, server, wall = time.process_time(), cpu_s(pid), time.perf_counter()
     await asyncio.gather(*(caller(share) for share in shares))
     return {
         "client_cpu_us": (time.process_time() - cpu) / calls * 1e6,
-        "server_cpu_us": (server_cpu_s(pid) - server) / calls * 1e6,
+        "server_cpu_us": (cpu_s(pid) - server) / calls * 1e6,
         "wall_us": (time.perf_counter() - wall) / calls * 1e6,
     }
 

@@ -77,6 +77,13 @@ class ChildExited(StackError):
     """A child exited before it was ready (a server may have lost its port's race)."""
 
 
+def cpu_s(pid: int) -> float:
+    """utime + stime of process ``pid`` so far, in seconds (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()  # after "pid (comm)"
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     """A loopback TCP port that was free a moment ago (racy: bind it soon, retry if lost)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -60,6 +60,11 @@ def _http_answers(url: str, timeout_s: float, opener: urllib.request.OpenerDirec
         return False
 
 
+def moto_answers(url: str) -> bool:
+    """The moto server at ``url``, started here, answers (probed directly, no proxy)."""
+    return _http_answers(f"{url}/moto-api/", 0.5, _DIRECT)
+
+
 def _launch_moto(workdir: Path) -> tuple[ChildProcess, str]:
     """The moto server started as a child on a free port (not waited for); its URL."""
     port = free_port()
@@ -76,7 +81,7 @@ def _moto_ready(
 
     def start() -> tuple[ChildProcess, str]:
         child, url = next(attempts, None) or _launch_moto(workdir)
-        child.wait_ready(lambda: _http_answers(f"{url}/moto-api/", 0.5, _DIRECT), timeout_s)
+        child.wait_ready(lambda: moto_answers(url), timeout_s)
         return child, url
 
     return retry_lost_port(start)
