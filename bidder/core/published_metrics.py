@@ -10,6 +10,11 @@ workers' multi-process files, ``bidder.serve.admin``) keeps its names and exact 
 most one flush interval behind. ``run_flusher`` flushes every ``FLUSH_S`` in each
 worker; a worker flushes once more as it stops.
 
+Each flush ends by publishing the wall time at which it began (``PUBLISHED_NAME``, the
+least recent of the live workers'): a reader that wants every count made before some
+instant waits until that stamp has passed it (``bidder.replay.admin_metrics``), rather
+than sleeping and hoping a worker the machine had descheduled has flushed meanwhile.
+
 Record on the event loop's thread only (every caller does): increments are plain
 read-modify-writes with no lock, and the flusher runs on the same thread.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -32,6 +38,11 @@ FLUSH_S = 1.0
 GaugeMode = Literal["all", "liveall", "min", "livemin", "max", "livemax", "sum", "livesum"]
 
 _REGISTERED: list[Counter | Gauge | Histogram] = []
+
+PUBLISHED_NAME = "bidsim_metrics_published_seconds"
+_published_at: prometheus_client.Gauge | None = None
+"""Made by the first flush, so that only processes that publish counts stamp them (a
+stamp at 0 from a process that never flushes would hold every reader back)."""
 
 
 class _CounterValue:
@@ -139,13 +150,24 @@ class Histogram:
 
 def flush() -> None:
     """Publish everything recorded since the last flush. A metric that cannot be
-    published does not hold the others back: the first such error is raised after."""
+    published does not hold the others back: the first such error is raised after.
+    The stamp goes last, so a reader that sees it sees the counts it stands for."""
+    global _published_at
+    began = time.time()
     failure: Exception | None = None
     for metric in _REGISTERED:
         try:
             metric._flush()
         except Exception as exc:
             failure = failure or exc
+    if _published_at is None:
+        _published_at = prometheus_client.Gauge(
+            PUBLISHED_NAME,
+            "Unix time at which the live worker that published its counts least recently "
+            "began doing so: every count made before it is in /metrics",
+            multiprocess_mode="livemin",
+        )
+    _published_at.set(began)
     if failure is not None:
         raise failure
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 import uuid
 
 import pytest
@@ -12,7 +13,14 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client import Histogram as ReferenceHistogram
 
-from bidder.core.published_metrics import Counter, Gauge, Histogram, flush, run_flusher
+from bidder.core.published_metrics import (
+    PUBLISHED_NAME,
+    Counter,
+    Gauge,
+    Histogram,
+    flush,
+    run_flusher,
+)
 
 BOUNDS = (0.001, 0.002, 0.005, 0.01)
 
@@ -137,3 +145,23 @@ async def test_the_flusher_publishes_while_it_runs_and_once_more_when_stopped() 
     with pytest.raises(asyncio.CancelledError):
         await flusher
     assert _value(f"{name}_total") == 2.0
+
+
+def test_a_flush_stamps_the_time_it_began_after_publishing_the_counts() -> None:
+    name = _name("stamped")
+    seen: list[float | None] = []
+
+    class Watching(Counter):
+        def _flush(self) -> None:
+            seen.append(_value(PUBLISHED_NAME))
+            super()._flush()
+
+    Watching(name, "test").inc()
+    flush()
+    first = _value(PUBLISHED_NAME)
+    before = time.time()
+    flush()
+    after = time.time()
+    assert first is not None
+    assert seen[-1] == first  # while the counts were being published, the old stamp showed
+    assert before <= _value(PUBLISHED_NAME) <= after
