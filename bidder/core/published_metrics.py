@@ -153,6 +153,8 @@ def flush() -> None:
     published does not hold the others back: the first such error is raised after.
     The stamp goes last, so a reader that sees it sees the counts it stands for."""
     global _published_at
+    # The real wall clock, not a bidder's (possibly simulated) one: readers in other
+    # processes compare the stamp with their own reading of it.
     began = time.time()
     failure: Exception | None = None
     for metric in _REGISTERED:
