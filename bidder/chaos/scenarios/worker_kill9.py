@@ -31,6 +31,7 @@ from pathlib import Path
 
 import aiohttp
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.samples import Sample
 
 from bidder.adapters.valkey import connect_sync
 from bidder.chaos.faults import at_requests, kill9
@@ -38,7 +39,8 @@ from bidder.chaos.harness import Live, ScenarioOptions, live_bidder, records, st
 from bidder.chaos.observe import Prober, first_bid_after, probe
 from bidder.chaos.result import ScenarioResult, check_ratio_drop, pass_summary, record_answers
 from bidder.chaos.steps import Run, audit_money, check_budgets, replay_pass, run_on_stack, split
-from bidder.replay.admin_metrics import WATCHED_FLUSH_S
+from bidder.core.published_metrics import PUBLISHED_NAME
+from bidder.replay.admin_metrics import SETTLE_TIMEOUT_S, WATCHED_FLUSH_S
 from bidder.replay.report import ReplayResult
 from bidder.serve.assemble import pacing_node_id
 from bidder.serve.workers import Restart
@@ -108,18 +110,24 @@ async def until_workers(live: Live, workers: int, bound_s: float) -> int:
     return live.bidder.pool.alive()
 
 
-def answered_requests(pid: int) -> int:
-    """Bid requests the worker ``pid`` answered, from its own Prometheus file
-    (multi-process mode: ``histogram_<pid>.db`` in the supervisor's directory)."""
+def _worker_samples(pid: int) -> list[Sample]:
+    """Worker ``pid``'s own Prometheus samples (multi-process mode: its histogram file and
+    its publication stamp's gauge file in the supervisor's directory)."""
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    path = Path(directory or ".") / f"histogram_{pid}.db"
-    if not directory or not path.exists():
-        return 0
-    for family in MultiProcessCollector.merge([str(path)]):
-        for sample in family.samples:
-            if sample.name == "bidsim_bid_latency_seconds_count":
-                return int(sample.value)
-    return 0
+    if not directory:
+        return []
+    files = [Path(directory) / f"{kind}_{pid}.db" for kind in ("histogram", "gauge_livemin")]
+    merged = MultiProcessCollector.merge([str(path) for path in files if path.exists()])
+    return [sample for family in merged for sample in family.samples]
+
+
+def _sample(pid: int, name: str) -> float | None:
+    return next((s.value for s in _worker_samples(pid) if s.name == name), None)
+
+
+def answered_requests(pid: int) -> int:
+    """Bid requests the worker ``pid`` answered, from its own Prometheus file."""
+    return int(_sample(pid, "bidsim_bid_latency_seconds_count") or 0)
 
 
 async def answered_by(url: str, pid: int, tries: int = PROBES_FOR_REPLACEMENT) -> int:
@@ -132,7 +140,14 @@ async def answered_by(url: str, pid: int, tries: int = PROBES_FOR_REPLACEMENT) -
             if answered_requests(pid) > 0:
                 break
             await probe(session, url)
-    await asyncio.sleep(2 * WATCHED_FLUSH_S)  # the last probes' counts are published
+    # The last probes' counts: once the worker has published after them (its stamp, as
+    # bidder.replay.admin_metrics reads it), at most as long as such a read waits.
+    asked = time.time()
+    for _ in range(round(SETTLE_TIMEOUT_S / WATCHED_FLUSH_S)):
+        stamp = _sample(pid, PUBLISHED_NAME)
+        if stamp is None or stamp >= asked:  # None: no stamp to wait for
+            break
+        await asyncio.sleep(WATCHED_FLUSH_S)
     return answered_requests(pid)
 
 
