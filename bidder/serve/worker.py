@@ -56,7 +56,7 @@ from bidder.serve.app import BidderState, Job, build_server
 from bidder.serve.assemble import build_state
 from bidder.serve.http.server import HttpServer
 from bidder.serve.settings import Settings
-from bidder.stack.child import die_with_parent
+from bidder.stack.child import die_with
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +68,9 @@ EXIT_BACKSTOP_S = SHUTDOWN_GRACE_S + 3.0
 """A stopping worker has ended this long after its SIGTERM, whatever happens (``exit_within``)."""
 
 
-def run_worker(settings: Settings, parent_pid: int, conn: Connection) -> None:
-    """Process entry point (multiprocessing, spawn)."""
-    die_with_parent(parent_pid)()
+def run_worker(settings: Settings, supervisor_pid: int, conn: Connection) -> None:
+    """Process entry point (``bidder.serve.worker_start.enter`` calls it)."""
+    die_with(supervisor_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         uvloop.run(_serve(settings, conn))

@@ -1,8 +1,9 @@
 """The supervisor's view of its worker processes: start, watch, replace, stop.
 
-Workers are started with the ``spawn`` method so each gets a fresh interpreter
-(no forked event loop or boto3 state) and inherits the Prometheus
-multi-process directory from the environment set before the spawn.
+Workers are forked from a fork server that has the heavy libraries loaded and holds
+no event loop, client or thread (``bidder.serve.worker_start``); each gets the
+supervisor's environment as it is when the worker is started, with the Prometheus
+multi-process directory in it.
 
 Theory of operation. ``start`` spawns every worker and waits for each to report
 ready on its pipe; one that fails makes ``start`` stop the rest and raise
@@ -21,10 +22,8 @@ Crash loops are bounded by ``RestartPolicy``: the first death of a slot is repla
 at once; each further failure in a row (a replacement that fails start-up, or dies
 before it has run ``stable_s``) waits twice as long, from ``first_s`` up to
 ``max_s``. A replacement that fails start-up is retried forever: the bidder serves
-on the remaining workers meanwhile and ``/healthz`` says degraded. Replacements are
-spawned on the event loop's thread, the one that started the pool: a worker dies
-with the thread that spawned it (``PR_SET_PDEATHSIG``), so never from a helper
-thread.
+on the remaining workers meanwhile and ``/healthz`` says degraded. A worker watches
+the supervisor's pid and ends with it (``bidder.stack.child.die_with``).
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
 import os
 import signal
 from collections import deque
@@ -46,6 +44,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from bidder.core.clock import Clock, SystemClock
+from bidder.serve import worker_start
 from bidder.serve.settings import Settings
 from bidder.serve.worker import SHUTDOWN_GRACE_S, run_worker
 
@@ -143,7 +142,7 @@ class WorkerPool:
         clock: Clock | None = None,
     ):
         """``target``: the worker entry point (a test may wrap ``run_worker``; it must
-        be importable: workers are spawned)."""
+        be importable: it is pickled to the worker)."""
         self._settings, self._target, self._policy = settings, target, policy
         self._clock = clock or SystemClock()
         self._slots: list[_Slot] = []
@@ -194,9 +193,10 @@ class WorkerPool:
         self._slots.clear()
 
     def _spawn(self) -> tuple[BaseProcess, Connection]:
-        ctx = multiprocessing.get_context("spawn")
+        ctx = worker_start.context()
         receiver, sender = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=self._target, args=(self._settings, os.getpid(), sender))
+        args = worker_start.worker_args(self._target, self._settings, sender)
+        proc = ctx.Process(target=worker_start.enter, args=args)
         try:
             proc.start()
         except BaseException:

@@ -11,7 +11,9 @@ Children must not outlive the process that started them, however it ends:
   session so a terminal's Ctrl-C reaches only the parent, which then shuts down in order.
 - ``kill -9`` of the parent: the kernel sends each child SIGTERM (``PR_SET_PDEATHSIG``).
   Linux delivers it when the *thread* that started the child exits, so start children
-  from a thread that lives as long as they should (normally the main thread).
+  from a thread that lives as long as they should (normally the main thread). A
+  process whose parent is not the one it must die with (a bidder worker, forked from
+  a fork server) watches that process instead (``die_with``).
 - an interpreter exit that skipped the owner's stop: an ``atexit`` hook stops what is left.
 
 Picking a port (bind port 0, read it, close) is racy: another process may take it
@@ -29,10 +31,12 @@ import atexit
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -136,6 +140,25 @@ def die_with_parent(parent_pid: int) -> Callable[[], None]:
             os._exit(1)
 
     return preexec
+
+
+def die_with(pid: int) -> None:
+    """Have the kernel's word that process ``pid`` ended SIGTERM the calling process.
+
+    For a process that must die with one that is not its parent: a daemon thread waits
+    on a pidfd of ``pid`` (readable once it has exited) and then signals this process,
+    whatever its event loop is doing. Exits at once if ``pid`` is already gone.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(1)
+
+    def watch() -> None:
+        select.select([pidfd], [], [])
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name=f"die-with-{pid}", daemon=True).start()
 
 
 class ChildProcess:

@@ -36,7 +36,7 @@ from bidder.serve.server import prepare_resources, running_bidder, with_shared_n
 from bidder.serve.settings import Settings
 from bidder.serve.worker import run_worker
 from bidder.serve.workers import PoolCollector, Restart, RestartPolicy, WorkerPool, describe_exit
-from bidder.stack.child import die_with_parent, free_port, held_port
+from bidder.stack.child import die_with, free_port, held_port
 from pacing.lease_store import leases_key
 from tests.processes import reaped
 
@@ -50,9 +50,9 @@ PATIENT = RestartPolicy(first_s=60.0, max_s=60.0, stable_s=30.0)
 """A back-off the test outlives: a respawn stays pending."""
 
 
-def _controlled_worker(settings: Settings, parent_pid: int, conn: Connection) -> None:
+def _controlled_worker(settings: Settings, supervisor_pid: int, conn: Connection) -> None:
     """``run_worker``, unless the test's control directory says crash or hang first."""
-    die_with_parent(parent_pid)()
+    die_with(supervisor_pid)
     control = Path(os.environ[CONTROL_ENV])
     (control / f"started-{os.getpid()}").touch()
     crashes = control / "crashes"
@@ -62,7 +62,7 @@ def _controlled_worker(settings: Settings, parent_pid: int, conn: Connection) ->
         os._exit(3)  # a crash: no report on the pipe
     while (control / "hang").exists():
         time.sleep(0.1)
-    run_worker(settings, parent_pid, conn)
+    run_worker(settings, supervisor_pid, conn)
 
 
 async def _until(condition: Callable[[], bool]) -> bool:

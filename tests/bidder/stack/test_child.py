@@ -154,3 +154,38 @@ def test_another_process_never_picks_a_held_port() -> None:
     assert len(held) == 500 and len(picked) > 500
     assert not held & picked
     assert free_port() not in held
+
+
+_WATCHER = """
+import sys, time
+from bidder.stack.child import die_with
+die_with(int(sys.argv[1]))
+print("watching", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_process_ends_with_the_one_it_watches_though_that_is_not_its_parent() -> None:
+    watched = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", _WATCHER, str(watched.pid)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert watcher.stdout is not None and watcher.stdout.readline() == "watching\n"
+        assert watcher.poll() is None
+        watched.kill()
+        assert watcher.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        for proc in (watched, watcher):
+            proc.kill()
+            proc.communicate()
+
+
+def test_a_process_watching_one_already_gone_exits_at_once() -> None:
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # reaped: the pid names no process
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", _WATCHER, str(ended.pid)], stdout=subprocess.PIPE, text=True
+    )
+    out, _ = watcher.communicate(timeout=30)
+    assert (watcher.returncode, out) == (1, "")
