@@ -1,7 +1,7 @@
 """``bidsim`` and ``python -m bidder``: the entry point, light on purpose.
 
-Bid workers are spawned processes, and a spawned process first imports its parent's
-main module when that is a script, as the ``bidsim`` console script is. The command
+A bid worker process first imports its parent's main module (``multiprocessing``
+does so) when that is a script, as the ``bidsim`` console script is. The command
 line is therefore imported only when the command runs: imported here, every command's
 modules (the replay, the pacing tools, the model tools) would load in each worker.
 """

@@ -8,7 +8,7 @@ run); 2 on bad arguments. See docs/reliability.md.
 
 from __future__ import annotations
 
-# Spawned workers run this module again before their own code: the suite is imported
+# Workers run this module again before their own code: the suite is imported
 # only when it runs, so they do not load it (docs/decisions.md, "The `bidsim` entry
 # point imports the command line only when it runs").
 if __name__ == "__main__":

@@ -15,6 +15,11 @@ is set there just before the workers start), and only then unpickles the worker'
 entry point and settings: importing them loads ``prometheus_client``, which reads that
 directory as it loads. Nothing in ``PRELOADED`` reads the environment as it loads.
 
+The fork server listens on a Unix socket in ``multiprocessing``'s temporary directory,
+made under ``TMPDIR``. A socket's path has at most 107 bytes on Linux, and a long
+``TMPDIR`` (a test's own directory) would stop the server from starting; then that
+directory is made under the system's temporary directory instead.
+
 The worker's parent is the fork server, not the supervisor, so a worker watches the
 supervisor itself (``bidder.stack.child.die_with``). The fork server lives while the
 supervisor or any worker it forked does, then exits.
@@ -25,6 +30,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import sys
+import tempfile
+from multiprocessing import util
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
 from typing import Any
@@ -45,6 +53,12 @@ PRELOADED = (
 )
 """Libraries the fork server imports once for every worker it forks. None of them may
 import ``prometheus_client`` (it chooses its multi-process mode as it loads)."""
+METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+_SOCKET_PATH_MAX = 107
+"""Bytes in a Unix socket's path on Linux, its terminating NUL aside."""
+_LISTENER_PATH = len("/pymp-12345678/listener-12345678")
+"""What ``multiprocessing`` adds to ``TMPDIR`` for the fork server's socket."""
+_SYSTEM_TEMP_DIRS = ("/tmp", "/var/tmp", "/usr/tmp")
 
 
 def context() -> ForkServerContext:
@@ -52,7 +66,21 @@ def context() -> ForkServerContext:
     ctx = multiprocessing.get_context("forkserver")
     assert isinstance(ctx, ForkServerContext)
     ctx.set_forkserver_preload(list(PRELOADED))  # read once, when the server starts
+    _socket_dir_short_enough()
     return ctx
+
+
+def _socket_dir_short_enough() -> None:
+    """Make ``multiprocessing``'s temporary directory (once per process) under the
+    system's temporary directory if ``TMPDIR`` is too long for the fork server's socket."""
+    if len(os.fsencode(tempfile.gettempdir())) + _LISTENER_PATH <= _SOCKET_PATH_MAX:
+        return
+    given = tempfile.tempdir
+    tempfile.tempdir = next((d for d in _SYSTEM_TEMP_DIRS if os.access(d, os.W_OK)), given)
+    try:
+        util.get_temp_dir()  # made now, kept for the process's life, removed at its exit
+    finally:
+        tempfile.tempdir = given
 
 
 def worker_args(entry: Any, settings: Any, conn: Connection) -> tuple[Any, ...]:
@@ -63,8 +91,21 @@ def worker_args(entry: Any, settings: Any, conn: Connection) -> tuple[Any, ...]:
 
 def enter(environ: dict[str, str], payload: bytes, supervisor_pid: int, conn: Connection) -> None:
     """A worker's first code (the ``target`` of its process): the supervisor's
-    environment, then its entry point."""
+    environment, then its entry point.
+
+    ``multiprocessing`` imports the parent's main module in the worker before this
+    runs. One that loads ``prometheus_client`` as it is imported (a script importing
+    ``bidder`` at its top) has made the worker's metrics in the fork server's directory,
+    which belongs to the process's first bidder; the worker then refuses to start,
+    saying so, rather than count into another bidder's files."""
+    server_dir = os.environ.get(METRICS_DIR)
     os.environ.clear()
     os.environ.update(environ)
+    if "prometheus_client" in sys.modules and environ.get(METRICS_DIR) != server_dir:
+        main = getattr(sys.modules.get("__mp_main__"), "__file__", "the main module")
+        conn.send(("error", f"{main} loads prometheus_client when it is imported, so this "
+                   "worker's metrics would go to another bidder's directory: import bidder "
+                   "inside the function that runs, not at the module's top"))  # fmt: skip
+        raise SystemExit(3)
     entry, settings = pickle.loads(payload)
     entry(settings, supervisor_pid, conn)

@@ -128,8 +128,8 @@ _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("lin
 def die_with_parent(parent_pid: int) -> Callable[[], None]:
     """A function that has the kernel SIGTERM its caller when ``parent_pid`` dies.
 
-    Run it in the child: as ``preexec_fn``, or first thing in a spawned worker. If the
-    parent is already gone by then, the child exits at once.
+    Run it in the child, as ``preexec_fn``. If the parent is already gone by then, the
+    child exits at once.
     """
 
     def preexec() -> None:

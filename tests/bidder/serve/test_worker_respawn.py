@@ -4,7 +4,7 @@ Real worker processes on the session's Valkey and moto. A worker of a running
 2-worker bidder is killed with SIGKILL; the pool starts a fresh process in its slot,
 which serves bid requests (its own Prometheus file counts them) and holds pacing
 leases under its own node id. Start-up crashes of replacements are injected through
-the pool's ``target`` hook (``_controlled_worker``, spawned like ``run_worker``),
+the pool's ``target`` hook (``_controlled_worker``, started like ``run_worker``),
 steered by files in a directory named by ``CONTROL_ENV``: ``crashes`` holds how many
 starts still crash, ``hang`` makes a start block forever, and each start leaves
 ``started-<pid>``. Waits are bounded polls; nothing asserts a duration.

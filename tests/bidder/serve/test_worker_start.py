@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bidder.serve import worker_start
+from tests.processes import REPO
 
 VARIABLE = "BIDSIM_TEST_WORKER_START"
 
@@ -61,3 +63,62 @@ def test_a_worker_finds_the_libraries_loaded_and_prometheus_not(tmp_path: Path) 
     assert found["preloaded"] == sorted(worker_start.PRELOADED)
     # The test module that holds the entry point loads it, not the fork server.
     assert found["prometheus_loaded_before_entry"] is False
+
+
+_UNDER_LONG_TMPDIR = """
+from pathlib import Path
+from tests.bidder.serve.test_worker_start import _start
+print(_start(Path(__import__("sys").argv[1]))["variable"])
+"""
+
+
+def test_a_tmpdir_too_long_for_the_fork_servers_socket_still_starts_workers(
+    tmp_path: Path,
+) -> None:
+    long_dir = tmp_path / ("d" * 100)
+    long_dir.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-c", _UNDER_LONG_TMPDIR, str(tmp_path / "found.json")],
+        env={**os.environ, "TMPDIR": str(long_dir), VARIABLE: "long"},
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert (out.returncode, out.stdout, out.stderr) == (0, "long\n", "")
+
+
+_MAIN_LOADING_PROMETHEUS = """
+import os, sys, tempfile
+import prometheus_client  # at the top: a worker imports this script before its own code
+from bidder.serve import worker_start
+
+def entry(settings, supervisor_pid, conn):
+    conn.send(("ready", os.getpid()))
+
+def start():
+    ctx = worker_start.context()
+    receiver, sender = ctx.Pipe(duplex=False)
+    args = worker_start.worker_args(entry, None, sender)
+    proc = ctx.Process(target=worker_start.enter, args=args)
+    proc.start()
+    sender.close()
+    answer = receiver.recv() if receiver.poll(60) else ("none", "")
+    proc.join(30)
+    return answer[0], proc.exitcode
+
+if __name__ == "__main__":
+    for name in ("first", "second"):
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix=name)
+        print(*start())
+"""
+
+
+def test_a_main_module_that_loads_prometheus_fails_the_second_bidders_worker_clearly(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "two_bidders.py"
+    script.write_text(_MAIN_LOADING_PROMETHEUS)
+    out = subprocess.run(
+        [sys.executable, str(script)], env={**os.environ, "TMPDIR": str(tmp_path)},
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    # The first worker shares the fork server's directory; the second would not.
+    assert out.stdout.splitlines() == ["ready 0", "error 3"], out.stderr
