@@ -84,8 +84,8 @@ def _socket_dir_short_enough() -> None:
 
 
 def worker_args(entry: Any, settings: Any, conn: Connection) -> tuple[Any, ...]:
-    """The arguments of ``enter`` for a worker running ``entry(settings, parent, conn)``,
-    asked for now by this process."""
+    """The arguments of ``enter`` for a worker running ``entry(settings, supervisor pid,
+    conn)``, started now by this process."""
     return (dict(os.environ), pickle.dumps((entry, settings)), os.getpid(), conn)
 
 
