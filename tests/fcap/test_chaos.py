@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from fcap.capper import FrequencyCapper
 from fcap.rules import Subject
 from fcap.store import CheckResult, CountOutcome, FcapStore, FcapUnavailable, connect
 from tests.fcap.support import DAY_S, T0, cap, far_deadline, new_user, one_subject
+from tests.processes import gone, wait_until
 from tests.valkey_replies import caught_up
 
 pytestmark = pytest.mark.asyncio
@@ -185,12 +185,4 @@ async def _count_past_a_stale_connection(store: FcapStore, user: str) -> CountOu
 
 def _wait_gone(pid: int) -> None:
     """Until the killed child is gone (or a zombie): waiting for a process, not for time."""
-    for _ in range(200):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        with open(f"/proc/{pid}/stat") as stat:
-            if stat.read().split()[2] == "Z":
-                return
-        time.sleep(0.01)
+    assert wait_until(lambda: gone(pid), timeout_s=10.0), f"pid {pid} still runs"
