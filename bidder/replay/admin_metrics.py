@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -31,26 +32,38 @@ for that long is wedged, and its counts cannot be read."""
 
 async def samples(admin_url: str, flush_s: float = WATCHED_FLUSH_S) -> list[Sample]:
     """Every sample the admin port exposes, once each live worker has published what it
-    counted before this call (``flush_s``: the workers' flush interval, how often to look).
+    counted before this call (``published``)."""
 
-    With no stamp at all (no live worker has published yet) the read is taken after two
-    flush intervals. Raises ``TimeoutError`` when a live worker has not published for
-    ``SETTLE_TIMEOUT_S``.
+    async def read() -> list[Sample]:
+        text = await _metrics_text(admin_url)
+        return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+    return await published(read, flush_s, f"a worker of the bidder at {admin_url}")
+
+
+async def published(
+    read: Callable[[], Awaitable[list[Sample]]], flush_s: float, publisher: str
+) -> list[Sample]:
+    """``read()``'s samples once their publication stamp is past the moment of this call
+    (``flush_s``: the workers' flush interval, how often to look).
+
+    With no stamp at all (nothing has been published yet) the read is taken after two
+    flush intervals. Raises ``TimeoutError`` naming ``publisher`` when it has not
+    published for ``SETTLE_TIMEOUT_S``.
     """
     asked = time.time()
     started = time.monotonic()
     while True:
         await asyncio.sleep(flush_s / 2)
-        text = await _metrics_text(admin_url)
-        read = [s for family in text_string_to_metric_families(text) for s in family.samples]
-        stamp = next((s.value for s in read if s.name == PUBLISHED_NAME), None)
+        got = await read()
+        stamp = next((s.value for s in got if s.name == PUBLISHED_NAME), None)
         waited = time.monotonic() - started
         settled = waited >= 2 * flush_s if stamp is None else stamp >= asked
         if settled:
-            return read
+            return got
         if waited >= SETTLE_TIMEOUT_S:
             raise TimeoutError(
-                f"a worker of the bidder at {admin_url} has not published its counts for "
+                f"{publisher} has not published its counts for "
                 f"{time.time() - stamp if stamp is not None else waited:.1f} s"
             )
 

@@ -35,6 +35,7 @@ import tempfile
 from multiprocessing import util
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 PRELOADED = (
@@ -61,8 +62,24 @@ _LISTENER_PATH = len("/pymp-12345678/listener-12345678")
 _SYSTEM_TEMP_DIRS = ("/tmp", "/var/tmp", "/usr/tmp")
 
 
-def context() -> ForkServerContext:
-    """The ``multiprocessing`` context workers are started with."""
+def start(entry: Any, settings: Any) -> tuple[BaseProcess, Connection]:
+    """A started worker process that runs ``entry(settings, this process's pid, pipe)``
+    from ``enter``, and the read end of that pipe."""
+    ctx = _context()
+    receiver, sender = ctx.Pipe(duplex=False)
+    args = (dict(os.environ), pickle.dumps((entry, settings)), os.getpid(), sender)
+    proc = ctx.Process(target=enter, args=args)
+    try:
+        proc.start()
+    except BaseException:
+        receiver.close()
+        raise
+    finally:
+        sender.close()
+    return proc, receiver
+
+
+def _context() -> ForkServerContext:
     ctx = multiprocessing.get_context("forkserver")
     assert isinstance(ctx, ForkServerContext)
     ctx.set_forkserver_preload(list(PRELOADED))  # read once, when the server starts
@@ -81,12 +98,6 @@ def _socket_dir_short_enough() -> None:
         util.get_temp_dir()  # made now, kept for the process's life, removed at its exit
     finally:
         tempfile.tempdir = given
-
-
-def worker_args(entry: Any, settings: Any, conn: Connection) -> tuple[Any, ...]:
-    """The arguments of ``enter`` for a worker running ``entry(settings, supervisor pid,
-    conn)``, started now by this process."""
-    return (dict(os.environ), pickle.dumps((entry, settings)), os.getpid(), conn)
 
 
 def enter(environ: dict[str, str], payload: bytes, supervisor_pid: int, conn: Connection) -> None:

@@ -162,7 +162,8 @@ class WorkerPool:
 
     async def start(self) -> None:
         self._stopping = False
-        started = [self._spawn() for _ in range(self._settings.workers)]
+        count = self._settings.workers
+        started = [worker_start.start(self._target, self._settings) for _ in range(count)]
         self._slots = [_Slot(i, proc) for i, (proc, _) in enumerate(started)]
         try:
             problems = await asyncio.gather(*(_await_ready(pipe) for _, pipe in started))
@@ -191,20 +192,6 @@ class WorkerPool:
                 proc.terminate()
         await asyncio.gather(*(asyncio.to_thread(_join_or_kill, p) for p in procs))
         self._slots.clear()
-
-    def _spawn(self) -> tuple[BaseProcess, Connection]:
-        ctx = worker_start.context()
-        receiver, sender = ctx.Pipe(duplex=False)
-        args = worker_start.worker_args(self._target, self._settings, sender)
-        proc = ctx.Process(target=worker_start.enter, args=args)
-        try:
-            proc.start()
-        except BaseException:
-            receiver.close()
-            raise
-        finally:
-            sender.close()
-        return proc, receiver
 
     async def _watch(self, slot: _Slot) -> None:
         """Forever: wait for the slot's worker to exit, then put a ready one in its place."""
@@ -264,7 +251,7 @@ class WorkerPool:
     async def _start_in(self, slot: _Slot) -> str:
         """Spawn a worker into ``slot``; '' once it is ready, else why it is not."""
         try:
-            proc, pipe = self._spawn()
+            proc, pipe = worker_start.start(self._target, self._settings)
         except OSError as exc:
             return f"cannot spawn a worker process: {exc}"
         slot.proc = proc  # before waiting: stop() must see (and stop) a starting worker

@@ -39,8 +39,7 @@ from bidder.chaos.harness import Live, ScenarioOptions, live_bidder, records, st
 from bidder.chaos.observe import Prober, first_bid_after, probe
 from bidder.chaos.result import ScenarioResult, check_ratio_drop, pass_summary, record_answers
 from bidder.chaos.steps import Run, audit_money, check_budgets, replay_pass, run_on_stack, split
-from bidder.core.published_metrics import PUBLISHED_NAME
-from bidder.replay.admin_metrics import SETTLE_TIMEOUT_S, WATCHED_FLUSH_S
+from bidder.replay.admin_metrics import WATCHED_FLUSH_S, published
 from bidder.replay.report import ReplayResult
 from bidder.serve.assemble import pacing_node_id
 from bidder.serve.workers import Restart
@@ -53,10 +52,11 @@ PASSES = {True: (800, 1200, 600), False: (2400, 3600, 1500)}
 """Requests of the healthy, killed (the kill at its first request) and after passes."""
 RECOVERY_BOUND_S = 2.0
 RESPAWN_BOUND_S = 20.0
-"""Kill -> replacement ready: a fresh interpreter's imports and a worker's start-up
-(campaigns, model, leases) on a 2-core machine that is also replaying."""
+"""Kill -> replacement ready: a worker's own imports and start-up (campaigns, model,
+leases) on a 2-core machine that is also replaying."""
 PROBES_FOR_REPLACEMENT = 200
 """Fresh connections tried until one lands on the replacement (the kernel spreads them)."""
+ANSWERED = "bidsim_bid_latency_seconds_count"
 HEARTBEAT_S = 15.0
 """``pacing.lease_store.LeaseReader``'s heartbeat: how long a silent node stays live."""
 LEASES_SLACK_S = 2.0
@@ -121,13 +121,13 @@ def _worker_samples(pid: int) -> list[Sample]:
     return [sample for family in merged for sample in family.samples]
 
 
-def _sample(pid: int, name: str) -> float | None:
-    return next((s.value for s in _worker_samples(pid) if s.name == name), None)
+def _answered(samples: list[Sample]) -> int:
+    return int(next((s.value for s in samples if s.name == ANSWERED), 0))
 
 
 def answered_requests(pid: int) -> int:
     """Bid requests the worker ``pid`` answered, from its own Prometheus file."""
-    return int(_sample(pid, "bidsim_bid_latency_seconds_count") or 0)
+    return _answered(_worker_samples(pid))
 
 
 async def answered_by(url: str, pid: int, tries: int = PROBES_FOR_REPLACEMENT) -> int:
@@ -140,15 +140,12 @@ async def answered_by(url: str, pid: int, tries: int = PROBES_FOR_REPLACEMENT) -
             if answered_requests(pid) > 0:
                 break
             await probe(session, url)
-    # The last probes' counts: once the worker has published after them (its stamp, as
-    # bidder.replay.admin_metrics reads it), at most as long as such a read waits.
-    asked = time.time()
-    for _ in range(round(SETTLE_TIMEOUT_S / WATCHED_FLUSH_S)):
-        stamp = _sample(pid, PUBLISHED_NAME)
-        if stamp is None or stamp >= asked:  # None: no stamp to wait for
-            break
-        await asyncio.sleep(WATCHED_FLUSH_S)
-    return answered_requests(pid)
+
+    async def own_samples() -> list[Sample]:
+        return _worker_samples(pid)
+
+    # The last probes' counts: once the worker has published after them.
+    return _answered(await published(own_samples, WATCHED_FLUSH_S, f"worker {pid}"))
 
 
 def dead_leases_gone_s(live: Live, pid: int, killed: list[float], bound_s: float) -> float | None:

@@ -31,13 +31,7 @@ def _report(out: str, supervisor_pid: int, conn: Connection) -> None:
 
 
 def _start(out: Path) -> dict[str, object]:
-    ctx = worker_start.context()
-    receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(
-        target=worker_start.enter, args=worker_start.worker_args(_report, str(out), sender)
-    )
-    proc.start()
-    sender.close()
+    proc, receiver = worker_start.start(_report, str(out))
     assert receiver.poll(60) and receiver.recv()[0] == "ready"
     proc.join(30)
     assert proc.exitcode == 0
@@ -94,12 +88,7 @@ def entry(settings, supervisor_pid, conn):
     conn.send(("ready", os.getpid()))
 
 def start():
-    ctx = worker_start.context()
-    receiver, sender = ctx.Pipe(duplex=False)
-    args = worker_start.worker_args(entry, None, sender)
-    proc = ctx.Process(target=worker_start.enter, args=args)
-    proc.start()
-    sender.close()
+    proc, receiver = worker_start.start(entry, None)
     answer = receiver.recv() if receiver.poll(60) else ("none", "")
     proc.join(30)
     return answer[0], proc.exitcode
