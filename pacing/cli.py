@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import os
 import signal
 import sys
@@ -81,6 +82,18 @@ def add_commands(subparsers: Any) -> None:
     )  # fmt: skip
     tune_p.set_defaults(command=cmd_tune)
     add_reconciler_command(subparsers)
+
+
+def reconciler_main(argv: list[str]) -> int:
+    """``bidsim reconciler ARGV`` without the bidder's other commands (loading those, the
+    model library among them, costs about a second of CPU): how ``bidsim serve`` and the
+    tests run the reconciler as their child (``bidder.serve.reconciler_process``)."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    parser = argparse.ArgumentParser(prog="bidsim reconciler")
+    _reconciler_options(parser)
+    return cmd_reconciler(parser.parse_args(argv))
 
 
 def add_reconciler_command(subparsers: Any) -> None:

@@ -4,9 +4,10 @@
 thread between two bytecodes, so a second SIGTERM arriving while the first handler is
 inside ``set`` runs a second handler there, which waits on the lock its own thread
 holds: forever. Two stop signals together are the ordinary case for a supervised child
-(its supervisor's SIGTERM and the kernel's parent-death SIGTERM when the supervisor is
-killed). This flag takes no lock: ``set`` stores a bool and writes a byte to a pipe,
-and ``wait`` sleeps in ``select`` on that pipe.
+(its supervisor's SIGTERM, and the one it sends itself on seeing the supervisor die,
+``bidder.stack.child.die_with``, when the supervisor is killed). This flag takes no
+lock: ``set`` stores a bool and writes a byte to a pipe, and ``wait`` sleeps in
+``select`` on that pipe.
 """
 
 from __future__ import annotations

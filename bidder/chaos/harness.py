@@ -23,7 +23,7 @@ from bidder.replay.admin_metrics import WATCHED_FLUSH_S
 from bidder.serve.assemble import pacing_node_id
 from bidder.serve.server import RunningBidder, running_bidder
 from bidder.serve.settings import Settings
-from bidder.stack.child import ChildProcess, free_port, held_port
+from bidder.stack.child import Supervised, free_port, held_port
 from bidder.stack.local import LocalStack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,7 +99,7 @@ class Live:
     stack: LocalStack
     settings: Settings
     bidder: RunningBidder
-    reconciler: ChildProcess
+    reconciler: Supervised
 
     @property
     def target(self) -> str:

@@ -3,29 +3,31 @@
 The reconciler ticks on its own (``pacing.reconciler``): it must not share a
 process with a bid worker (its boto3 calls would take the GIL from the hot path),
 and running it as a separate process is also what lets a test stall or kill it the
-way the design's failure modes say. It dies with its parent (``PR_SET_PDEATHSIG``)
-and stops on SIGTERM; its output goes to a log file that lives as long as it does
-(``ChildProcess.log_tail`` shows the end of it).
+way the design's failure modes say. It is forked from the workers' fork server
+(``bidder.serve.forked_child``), so its start does not import boto3, redis and NumPy
+again. It dies with the process that started it and stops on SIGTERM; its output goes
+to a log file that lives as long as it does (``log_tail`` shows the end of it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from bidder.serve.forked_child import ForkedChild
 from bidder.serve.settings import Settings
-from bidder.stack.child import ChildProcess
+from bidder.stack.child import Supervised
+from pacing.cli import reconciler_main
 
 
 def reconciler_argv(settings: Settings) -> list[str]:
+    """The ``bidsim reconciler`` options that run the reconciler of ``settings``."""
     if settings.valkey_url is None or settings.aws_endpoint is None:
         raise ValueError("the reconciler needs --valkey and --aws-endpoint")
     argv = [
-        sys.executable, "-m", "pacing", "reconciler",
         "--valkey", settings.valkey_url,
         "--aws-endpoint", settings.aws_endpoint,
         "--region", settings.aws_region,
@@ -50,10 +52,12 @@ def reconciler_argv(settings: Settings) -> list[str]:
 
 
 @contextlib.contextmanager
-def running_reconciler(settings: Settings) -> Iterator[ChildProcess]:
+def running_reconciler(settings: Settings) -> Iterator[Supervised]:
     """Start the reconciler; stop it (SIGTERM, then SIGKILL after a grace) on exit."""
     log_dir = Path(tempfile.mkdtemp(prefix="bidsim-reconciler-"))
-    child = ChildProcess("reconciler", reconciler_argv(settings), log_dir / "reconciler.log")
+    child = ForkedChild(
+        "reconciler", reconciler_main, reconciler_argv(settings), log_dir / "reconciler.log"
+    )
     try:
         yield child
     finally:

@@ -41,7 +41,7 @@ from bidder.serve.assemble import pacing_node_id
 from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.settings import Settings
 from bidder.serve.workers import PoolCollector, WorkerPool
-from bidder.stack.child import ChildProcess
+from bidder.stack.child import Supervised
 from bidder.winloop.spend_stream import ensure_ledger_resources
 from models.scorer import ModelHandle
 from pacing.lease_store import leases_key
@@ -58,7 +58,7 @@ class RunningBidder:
     bid_url: str
     admin_url: str
     pool: WorkerPool
-    reconciler: ChildProcess | None
+    reconciler: Supervised | None
     """The reconciler process this bidder started (``Settings.reconciler``)."""
 
 

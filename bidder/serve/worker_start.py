@@ -2,7 +2,8 @@
 
 A worker spends about a second of CPU importing LightGBM (with SciPy and NumPy),
 boto3, redis, aiohttp and the rest before it can start; a replacement after a crash
-would pay it while its slot serves nothing. So workers are forked from
+would pay it while its slot serves nothing. So workers (and the reconciler,
+``bidder.serve.forked_child``) are forked from
 ``multiprocessing``'s fork server: one process per supervisor, started with the first
 worker, that imports ``PRELOADED`` once and forks each worker from that state. It holds
 no event loop, thread, client or connection, so a fork of it is as clean as a fresh
@@ -12,8 +13,8 @@ The fork server was started with the supervisor's environment of that moment, an
 forked worker inherits the server's. ``enter`` gives the worker the supervisor's
 environment of the moment it was asked for (the Prometheus multi-process directory
 is set there just before the workers start), and only then unpickles the worker's
-entry point and settings: importing them loads ``prometheus_client``, which reads that
-directory as it loads. Nothing in ``PRELOADED`` reads the environment as it loads.
+entry point and its arguments: importing them loads ``prometheus_client``, which reads
+that directory as it loads. Nothing in ``PRELOADED`` reads the environment as it loads.
 
 The fork server listens on a Unix socket in ``multiprocessing``'s temporary directory,
 made under ``TMPDIR``. A socket's path has at most 107 bytes on Linux, and a long
@@ -62,13 +63,13 @@ _LISTENER_PATH = len("/pymp-12345678/listener-12345678")
 _SYSTEM_TEMP_DIRS = ("/tmp", "/var/tmp", "/usr/tmp")
 
 
-def start(entry: Any, settings: Any) -> tuple[BaseProcess, Connection]:
-    """A started worker process that runs ``entry(settings, this process's pid, pipe)``
-    from ``enter``, and the read end of that pipe."""
+def start(entry: Any, args: Any) -> tuple[BaseProcess, Connection]:
+    """A started process that runs ``entry(args, this process's pid, pipe)`` from
+    ``enter``, and the read end of that pipe."""
     ctx = _context()
     receiver, sender = ctx.Pipe(duplex=False)
-    args = (dict(os.environ), pickle.dumps((entry, settings)), os.getpid(), sender)
-    proc = ctx.Process(target=enter, args=args)
+    payload = (dict(os.environ), pickle.dumps((entry, args)), os.getpid(), sender)
+    proc = ctx.Process(target=enter, args=payload)
     try:
         proc.start()
     except BaseException:
@@ -118,5 +119,5 @@ def enter(environ: dict[str, str], payload: bytes, supervisor_pid: int, conn: Co
                    "worker's metrics would go to another bidder's directory: import bidder "
                    "inside the function that runs, not at the module's top"))  # fmt: skip
         raise SystemExit(3)
-    entry, settings = pickle.loads(payload)
-    entry(settings, supervisor_pid, conn)
+    entry, args = pickle.loads(payload)
+    entry(args, supervisor_pid, conn)

@@ -1,7 +1,8 @@
 """Supervised child processes: started in their own session, dying with us, always reaped.
 
 Theory of operation. A ``ChildProcess`` runs a command with its output going to a log
-file, and ``wait_ready`` polls a readiness check until it holds while the child still
+file (``Supervised`` holds what it shares with the children forked from the bidder's
+fork server), and ``wait_ready`` polls a readiness check until it holds while the child still
 runs. Stopping sends SIGCONT then SIGTERM to the child's process group (a paused
 server can't exit), waits a short grace period, then SIGKILLs; the child is always
 reaped.
@@ -161,31 +162,38 @@ def die_with(pid: int) -> None:
     threading.Thread(target=watch, name=f"die-with-{pid}", daemon=True).start()
 
 
-class ChildProcess:
-    """One supervised child process, its output appended to ``log_path``."""
+class Supervised:
+    """A supervised child: a name, a log file, a readiness wait and an orderly stop.
 
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
-        self.name = name
-        self.log_path = log_path
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=die_with_parent(os.getpid()),
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        _live.add(self)
+    Subclasses say how the child was started and how to signal and wait for it:
+    ``ChildProcess`` (a command run by ``subprocess``) and the children forked from
+    the bidder's fork server (``bidder.serve.forked_child``).
+    """
+
+    name: str
+    log_path: Path
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        raise NotImplementedError
 
     @property
     def running(self) -> bool:
-        return self.proc.poll() is None
+        raise NotImplementedError
+
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        """The child's exit status once it has ended and been reaped; None if it still
+        runs after ``timeout_s`` (None: wait as long as it takes)."""
+        raise NotImplementedError
+
+    def _signal(self, sig: int) -> None:
+        """Send ``sig`` to the child, only while it has not been reaped (a reaped
+        child's pid may belong to another process by now)."""
+        raise NotImplementedError
+
+    def _track(self) -> None:
+        """Stop this child at the interpreter's exit if its owner has not (``atexit``)."""
+        _live.add(self)
 
     def log_tail(self, lines: int = 15) -> str:
         try:
@@ -223,11 +231,9 @@ class ChildProcess:
 
     def wait_or_kill(self, grace_s: float = STOP_GRACE_S) -> None:
         """Reap the child, SIGKILLing it if it is still running after ``grace_s``."""
-        try:
-            self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
+        if self.wait(grace_s) is None:
             self._signal(signal.SIGKILL)
-            self.proc.wait()
+            self.wait()
         _live.discard(self)
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
@@ -237,18 +243,51 @@ class ChildProcess:
     def kill(self) -> None:
         """``kill -9`` (no shutdown, no last words), then reap it."""
         self._signal(signal.SIGKILL)
-        self.proc.wait()
+        self.wait()
         _live.discard(self)
+
+
+class ChildProcess(Supervised):
+    """One command run as a supervised child process, its output appended to ``log_path``."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent(os.getpid()),
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        self._track()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
 
     def _signal(self, sig: int) -> None:
         # The child leads its own process group; signal the group so helpers it may
-        # have forked go too. Only while unreaped, so the pid cannot have been reused.
+        # have forked go too.
         if self.running:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
 
 
-_live: set[ChildProcess] = set()
+_live: set[Supervised] = set()
 
 
 @atexit.register

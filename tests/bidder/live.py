@@ -36,7 +36,7 @@ from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import prepare_resources
 from bidder.serve.settings import Settings
 from bidder.serve.worker import DRAIN_S, start_background, start_site, stop_background
-from bidder.stack.child import ChildProcess
+from bidder.stack.child import Supervised
 from bidder.stack.local import LocalStack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,7 +78,7 @@ class LiveBidder:
         self._stop: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._run, name="live-bidder", daemon=True)
         self.state: BidderState | None = None
-        self.reconciler: ChildProcess | None = None
+        self.reconciler: Supervised | None = None
         self._processes = contextlib.ExitStack()
 
     def __enter__(self) -> LiveBidder:

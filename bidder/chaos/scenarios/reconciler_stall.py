@@ -92,7 +92,7 @@ async def _run(run: Run) -> None:
     stopped_ms: list[int] = []
     leases: dict[str, list[Lease]] = {}
     async with live_bidder(run.stack, settings) as live:
-        reconciler = live.reconciler.proc.pid
+        reconciler = live.reconciler.pid
 
         def stall() -> None:
             # On the replay's loop: a few ms of blocking reads, once, so the leases read

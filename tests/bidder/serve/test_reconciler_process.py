@@ -1,6 +1,6 @@
 """The reconciler as the bidder's supervised child: it stops when told, however the
-stop signals come (the stack's SIGTERM and the kernel's parent-death SIGTERM arrive
-together when a replay is killed)."""
+stop signals come (the stack's SIGTERM and the one it sends itself when it sees the
+process that started it die, ``die_with``, arrive together when a replay is killed)."""
 
 from __future__ import annotations
 
@@ -22,4 +22,4 @@ def test_the_reconciler_stops_on_a_burst_of_stop_signals(bidder_settings: Settin
         for _ in range(50):
             os.kill(child.pid, signal.SIGTERM)
             os.kill(child.pid, signal.SIGINT)
-        assert child.proc.wait(WAIT_S) == 0, child.log_tail()
+        assert child.wait(WAIT_S) == 0, child.log_tail()

@@ -1,5 +1,6 @@
-"""``bidsim serve`` killed with SIGKILL: nothing it started outlives it (its workers, the
-embedded Valkey and moto server: ``PR_SET_PDEATHSIG``, ``bidder.stack.child``)."""
+"""``bidsim serve`` killed with SIGKILL: nothing it started outlives it (its workers and
+reconciler, forked from the fork server, watch it: ``bidder.stack.child.die_with``; the
+embedded Valkey and moto server get ``PR_SET_PDEATHSIG``)."""
 
 from __future__ import annotations
 
