@@ -22,7 +22,10 @@ Figures, each a median over ``--rounds`` (the last line printed is one JSON obje
    the bidder's whole process tree (utime + stime from /proc) / CPU µs per echo answer.
 2. latency at half the bidder's saturation rate, the same rate for every server:
    open loop (``bidder.replay``), p99 from each request's intended send time;
-   ``p99_ratio`` = bidder / echo.
+   ``p99_ratio`` = bidder / echo. Beside it, what sets that tail on a machine the
+   client shares: each tree's CPU µs per answer at that rate (``half_rate_cost_ratio``
+   = bidder / echo; fewer requests per event-loop turn than at saturation, so each
+   costs more) and the client's own CPU µs per request.
 3. demo tail: the bundled sample stream replayed at its recorded pace, as ``make demo``
    does (notices included; the echo's bids carry none); ``demo_tail_ratio`` = corrected
    p99 bidder / echo, with each server's share of answers within 8 ms.
@@ -46,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,12 +158,20 @@ def saturate(server: Server, script: Path, duration_s: float, connections: int) 
     }
 
 
-async def open_loop(server: Server, rate: float, duration_s: float) -> float:
-    """Corrected p99 (ms) of the banner request at ``rate``, open loop."""
+async def open_loop(server: Server, rate: float, duration_s: float) -> dict[str, float]:
+    """The banner request at ``rate``, open loop: corrected p99 (ms), the server tree's
+    CPU µs per answer and this process's (the client's) CPU µs per request."""
     records = [StreamRecord(t_ms=0, ts=0, ssp="ssp-alpha", body=BANNER.read_bytes())]
     options = ReplayOptions(rate=rate, duration_s=duration_s + 1.0, warmup_s=1.0, notices=False)
+    server_s, client_s = tree_cpu_s(server.pid), time.process_time()
     result = await replay(records, f"http://127.0.0.1:{server.port}{BID_PATH}", options)
-    return float(latency_ms(result.corrected)["p99"])
+    server_s, client_s = tree_cpu_s(server.pid) - server_s, time.process_time() - client_s
+    sent = max(result.requests + result.warmup_requests, 1)
+    return {
+        "p99_ms": float(latency_ms(result.corrected)["p99"]),
+        "cpu_us": server_s * 1e6 / sent,
+        "client_cpu_us": client_s * 1e6 / sent,
+    }
 
 
 async def demo_tail(server: Server, records: list[StreamRecord]) -> dict[str, float]:
@@ -277,7 +289,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     sat[server.name].append(figures)
             half = statistics.median([r["rps"] for r in sat["bidder"]]) / 2
-            p99: dict[str, list[float]] = {s.name: [] for s in servers}
+            p99: dict[str, list[dict[str, float]]] = {s.name: [] for s in servers}
             tail: dict[str, list[dict[str, float]]] = {s.name: [] for s in servers}
             for _ in range(args.rounds):
                 for server in servers:
@@ -290,7 +302,7 @@ def summarize(
     args: argparse.Namespace,
     connections: dict[str, int],
     sat: dict[str, list[dict[str, float]]],
-    p99: dict[str, list[float]],
+    p99: dict[str, list[dict[str, float]]],
     tail: dict[str, list[dict[str, float]]],
     half: float,
 ) -> dict[str, Any]:
@@ -301,7 +313,13 @@ def summarize(
             "rps": round(statistics.median([r["rps"] for r in sat[name]])),
             "cpu_us_per_answer": round(statistics.median([r["cpu_us"] for r in sat[name]]), 1),
             "non_200_share": round(statistics.median([r["other_share"] for r in sat[name]]), 4),
-            "p99_ms_at_half_rate": round(statistics.median(p99[name]), 3),
+            "p99_ms_at_half_rate": round(statistics.median([r["p99_ms"] for r in p99[name]]), 3),
+            "cpu_us_per_answer_at_half_rate": round(
+                statistics.median([r["cpu_us"] for r in p99[name]]), 1
+            ),
+            "client_cpu_us_at_half_rate": round(
+                statistics.median([r["client_cpu_us"] for r in p99[name]]), 1
+            ),
             "demo_p99_ms": round(statistics.median([r["p99_ms"] for r in tail[name]]), 3),
             "demo_within_8ms": round(statistics.median([r["within_8ms"] for r in tail[name]]), 5),
             "rounds_rps": [round(r["rps"]) for r in sat[name]],
@@ -313,6 +331,9 @@ def summarize(
             "cost_ratio": round(s["cpu_us_per_answer"] / echo["cpu_us_per_answer"], 3),
             "throughput_ratio": round(s["rps"] / echo["rps"], 3),
             "p99_ratio": round(s["p99_ms_at_half_rate"] / echo["p99_ms_at_half_rate"], 3),
+            "half_rate_cost_ratio": round(
+                s["cpu_us_per_answer_at_half_rate"] / echo["cpu_us_per_answer_at_half_rate"], 3
+            ),
             "demo_tail_ratio": round(s["demo_p99_ms"] / echo["demo_p99_ms"], 3),
         }
         for name, s in servers.items()
