@@ -24,8 +24,8 @@ Figures, each a median over ``--rounds`` (the last line printed is one JSON obje
    open loop (``bidder.replay``), p99 from each request's intended send time;
    ``p99_ratio`` = bidder / echo. Beside it, what sets that tail on a machine the
    client shares: each tree's CPU µs per answer at that rate (``half_rate_cost_ratio``
-   = bidder / echo; fewer requests per event-loop turn than at saturation, so each
-   costs more) and the client's own CPU µs per request.
+   = bidder / echo; requests one at a time cost more than back to back:
+   docs/benchmarks.md) and the client's own CPU µs per request.
 3. demo tail: the bundled sample stream replayed at its recorded pace, as ``make demo``
    does (notices included; the echo's bids carry none); ``demo_tail_ratio`` = corrected
    p99 bidder / echo, with each server's share of answers within 8 ms.

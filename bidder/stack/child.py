@@ -1,11 +1,11 @@
 """Supervised child processes: started in their own session, dying with us, always reaped.
 
 Theory of operation. A ``ChildProcess`` runs a command with its output going to a log
-file (``Supervised`` holds what it shares with the children forked from the bidder's
-fork server), and ``wait_ready`` polls a readiness check until it holds while the child still
+file, and ``wait_ready`` polls a readiness check until it holds while the child still
 runs. Stopping sends SIGCONT then SIGTERM to the child's process group (a paused
 server can't exit), waits a short grace period, then SIGKILLs; the child is always
-reaped.
+reaped. ``Supervised`` holds what it shares with the children forked from the bidder's
+fork server (``bidder.serve.forked_child``).
 
 Children must not outlive the process that started them, however it ends:
 - normal exit, exceptions, Ctrl-C: the owner stops them. Each child runs in its own
