@@ -19,6 +19,7 @@ it signals the process alone, not a group, since a forked child starts no helper
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -29,10 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from bidder.serve import worker_start
-from bidder.stack.child import Supervised, die_with
+from bidder.stack.child import Supervised, die_with, stop_leftovers
 
 Entry = Callable[[Any], int]
 """A child's main function: its arguments in, its exit status out."""
+
+
+# At the interpreter's exit ``multiprocessing`` joins the processes it started (its own
+# exit hook, registered as it was imported, which ``worker_start`` did above): a child
+# its owner forgot to stop would hold the exit forever. Exit hooks run last registered
+# first, so this one stops what is left before that join.
+atexit.register(stop_leftovers)
 
 
 class ForkedChild(Supervised):

@@ -291,7 +291,8 @@ _live: set[Supervised] = set()
 
 
 @atexit.register
-def _stop_leftovers() -> None:
+def stop_leftovers() -> None:
+    """Stop every child whose owner has not (at the interpreter's exit)."""
     for child in list(_live):
         child.stop()
 

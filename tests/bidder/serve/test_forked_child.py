@@ -75,6 +75,7 @@ def test_signals_after_the_end_reach_nobody(tmp_path: Path) -> None:
 _STARTER = """
 import sys
 from pathlib import Path
+import bidder.stack.child  # first, as in the bidder: its exit hook before multiprocessing's
 from bidder.serve.forked_child import ForkedChild
 from tests.bidder.serve.test_forked_child import _sleep
 
@@ -82,12 +83,13 @@ if __name__ == "__main__":
     child = ForkedChild("sleeper", _sleep, False, Path(sys.argv[1]))
     child.wait_ready(lambda: "up" in child.log_tail(), 30)
     print(child.pid, flush=True)
-    sys.stdin.read()
+    if sys.argv[2] == "wait":
+        sys.stdin.read()
 """
 
 
 def test_a_child_ends_when_the_process_that_started_it_is_killed(tmp_path: Path) -> None:
-    argv = [sys.executable, "-c", _STARTER, str(tmp_path / "sleeper.log")]
+    argv = [sys.executable, "-c", _STARTER, str(tmp_path / "sleeper.log"), "wait"]
     starter = start_to_kill(argv, tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert starter.stdout is not None
@@ -98,3 +100,16 @@ def test_a_child_ends_when_the_process_that_started_it_is_killed(tmp_path: Path)
     finally:
         starter.kill()
         starter.communicate()
+
+
+def test_a_child_its_owner_forgot_is_stopped_when_the_interpreter_exits(
+    tmp_path: Path,
+) -> None:
+    argv = [sys.executable, "-c", _STARTER, str(tmp_path / "sleeper.log"), "exit"]
+    starter = start_to_kill(argv, tmp_path, stdout=subprocess.PIPE)
+    try:
+        out, _ = starter.communicate(timeout=WAIT_S)  # the child sleeps for 2 x WAIT_S
+    finally:
+        starter.kill()
+    assert starter.returncode == 0
+    assert gone(int(out))
