@@ -5,9 +5,10 @@
 Valkey and AWS endpoints to exist already (see ``bidder.stack.local``). As supervisor it
 prepares what workers only use (campaigns loaded, the spend stream, archive bucket
 and profile table created, one notice signing key for all workers), checks the
-model artifact once so a bad one is a clean error, starts the reconciler, and
-returns once every worker holds its first pacing leases: a replay then measures
-the steady state, not the first tick.
+model artifact once so a bad one is a clean error, starts the reconciler once every
+worker has registered (its first tick then leases to all of them), and returns once
+every worker holds its first pacing leases: a replay then measures the steady state,
+not the first tick.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from bidder.adapters.aws import aws_client
 from bidder.adapters.campaign_store import CampaignTable
-from bidder.adapters.valkey import VALKEY_FAILURES, connect_async
+from bidder.adapters.valkey import VALKEY_FAILURES, AsyncValkey, connect_async
 from bidder.core.campaign_docs import campaign_to_doc, load_campaign_file
 from bidder.core.campaigns import Campaign
 from bidder.core.tokens import generate_key
@@ -44,7 +45,7 @@ from bidder.serve.workers import PoolCollector, WorkerPool
 from bidder.stack.child import Supervised
 from bidder.winloop.spend_stream import ensure_ledger_resources
 from models.scorer import ModelHandle
-from pacing.lease_store import leases_key
+from pacing.lease_store import leases_key, live_nodes_key
 from pacing.refresher import refresh_interval_s
 
 log = logging.getLogger(__name__)
@@ -153,12 +154,6 @@ async def running_bidder(
     settings = with_shared_notice_key(settings)
     with _metrics_dir() as metrics_dir, contextlib.ExitStack() as reconciling:
         reconciler = None
-        if settings.reconciler:
-            # Started before the workers, so that its start-up overlaps theirs; it
-            # grants leases to each node once that node has registered.
-            reconciler = reconciling.enter_context(
-                running_reconciler(reconciler_settings or settings)
-            )
         pool = WorkerPool(settings)
         await pool.start()
         runner = web.AppRunner(
@@ -175,6 +170,14 @@ async def running_bidder(
         try:
             if settings.reconciler:
                 nodes = [pacing_node_id(pid) for pid in pool.pids]
+                # The reconciler ticks as it starts, leasing to the nodes registered
+                # then: started once every worker has, that first tick leases to all of
+                # them, where one started beside the workers found none and they
+                # waited a whole tick (5 s by default) with no budget.
+                await wait_for_registration(settings, nodes)
+                reconciler = reconciling.enter_context(
+                    running_reconciler(reconciler_settings or settings)
+                )
                 await wait_for_leases(settings, nodes)
             await runner.setup()
             await web.TCPSite(runner, settings.host, settings.admin_port).start()
@@ -206,6 +209,20 @@ def _metrics_dir() -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+async def wait_for_registration(settings: Settings, nodes: list[str]) -> None:
+    """Until every node in ``nodes`` is in the live set (its first lease refresh), for
+    one tick at most. Like ``wait_for_leases``, it ends at once on a stop."""
+
+    async def registered(client: AsyncValkey) -> bool:
+        scores = await client.zmscore(live_nodes_key(), nodes)
+        return all(score is not None for score in scores)
+
+    if settings.valkey_url is None:
+        return
+    if await _poll_valkey(settings, registered, settings.pacing_tick_s) is False:
+        log.warning("workers did not register in a tick: they get leases a tick later")
+
+
 async def wait_for_leases(settings: Settings, nodes: list[str]) -> None:
     """Until every node in ``nodes`` holds leases and has had time to read them.
 
@@ -213,23 +230,39 @@ async def wait_for_leases(settings: Settings, nodes: list[str]) -> None:
     A stop during the wait (Ctrl-C, SIGTERM) ends it at once: it runs on the event loop,
     not in a thread that the loop's shutdown would have to wait for.
     """
+
+    async def leased(client: AsyncValkey) -> bool:
+        return bool(await client.exists(*(leases_key(node) for node in nodes)) == len(nodes))
+
     if settings.valkey_url is None:
         return
-    deadline = time.monotonic() + _LEASE_WAIT_TICKS * settings.pacing_tick_s
+    found = await _poll_valkey(settings, leased, _LEASE_WAIT_TICKS * settings.pacing_tick_s)
+    if found:
+        # Each worker re-reads its leases at this interval.
+        refresh_s = refresh_interval_s(settings.lease_refresh_s, settings.pacing_tick_s)
+        await asyncio.sleep(1.5 * refresh_s)
+    elif found is False:
+        log.warning("workers have no pacing leases yet: bids answer no_lease until they do")
+
+
+async def _poll_valkey(
+    settings: Settings, holds: Callable[[AsyncValkey], Awaitable[bool]], within_s: float
+) -> bool | None:
+    """Whether ``holds`` came true within ``within_s`` (asked every 0.1 s); None when
+    Valkey failed (logged)."""
+    assert settings.valkey_url is not None
+    deadline = time.monotonic() + within_s
     client = connect_async(
         settings.valkey_url, cluster=settings.valkey_cluster, timeout_s=_LEASE_WAIT_TIMEOUT_S
     )
     try:
-        while time.monotonic() < deadline:
-            if await client.exists(*(leases_key(node) for node in nodes)) == len(nodes):
-                # Each worker re-reads its leases at this interval.
-                await asyncio.sleep(
-                    1.5 * refresh_interval_s(settings.lease_refresh_s, settings.pacing_tick_s)
-                )
-                return
+        while not await holds(client):
+            if time.monotonic() >= deadline:
+                return False
             await asyncio.sleep(0.1)
-        log.warning("workers have no pacing leases yet: bids answer no_lease until they do")
+        return True
     except VALKEY_FAILURES as exc:
-        log.warning("cannot see the pacing leases (%s); going on", exc)
+        log.warning("cannot read the pacing state in Valkey (%s); going on", exc)
+        return None
     finally:
         await client.aclose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import socket
 
@@ -78,6 +79,19 @@ async def test_two_workers_serve_one_port_and_the_admin_port_sums_their_metrics(
     assert _metric(metrics, "bidsim_bids_total") == 60
     assert _metric(metrics, "bidsim_workers_alive") == 2  # the supervisor's own metrics
     assert health == (200, {"status": "ok", "workers": 2, "workers_alive": 2, "valkey": "ok"})
+
+
+@pytest.mark.asyncio
+async def test_the_reconcilers_first_tick_leases_to_every_worker(bidder_settings: Settings) -> None:
+    """The reconciler ticks as it starts and is started once the workers have registered,
+    so the bidder is ready (every worker holds leases) long before a second tick could
+    have come: with a 60 s tick, within 30 s."""
+    settings = _fresh(bidder_settings, workers=2, pacing_tick_s=60.0)
+    async with contextlib.AsyncExitStack() as stack:
+        async with asyncio.timeout(30):
+            bidder = await stack.enter_async_context(running_bidder(settings))
+        statuses = await _post_many(f"{bidder.bid_url}/openrtb2/bid", 10)
+    assert statuses == [200] * 10
 
 
 @pytest.mark.asyncio
