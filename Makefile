@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-$(PYVER)
 
 # Test files run in this many processes (one file stays in one process, with its
 # servers); most tests wait on servers more than they compute.
-TEST_PROCESSES ?= 2
+TEST_PROCESSES ?= 3
 
 .PHONY: demo test lint venv clean
 

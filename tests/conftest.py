@@ -12,7 +12,7 @@ Order: modules marked ``long(seconds)`` run first, longest first, then the rest 
 collection order. ``make test`` hands whole modules (``--dist loadfile``) to whichever
 test process is free, in this order (``pytest_configure`` turns off xdist's own
 reordering, which would start the modules with the most tests first): the long modules
-started early leave the short ones to fill in, and both processes end together instead
+started early leave the short ones to fill in, and the processes end together instead
 of one waiting on a long module started last.
 """
 
