@@ -175,11 +175,16 @@ def _started(tmp: Path) -> bool:
 
 
 # While sending: the signal once a bill is spooled. While starting: the workers are
-# ready about a second after they open their segments, and the bidder then waits for
-# their leases, which a 60 s pacing tick grants only at the reconciler's next tick;
-# the signal 3 s after the segments appear lands inside that wait.
+# ready about a second after they open their segments; the reconciler's first tick
+# leases to them, and the bidder then gives each worker 1.5 refresh intervals to read
+# its leases, 90 s with a 60 s refresh (the longest allowed), before it serves. The
+# signal 3 s after the segments appear lands inside start-up, in that wait at the latest.
 _WHILE_SENDING = ((), _billed, 0.0)
-_WHILE_STARTING = (("--clock", "real", "--pacing-tick-s", "60"), _started, 3.0)
+_WHILE_STARTING = (
+    ("--clock", "real", "--pacing-tick-s", "120", "--lease-refresh-s", "60"),
+    _started,
+    3.0,
+)
 
 
 @pytest.mark.parametrize(
@@ -208,7 +213,7 @@ def test_sigterm_stops_a_replay_as_ctrl_c_does_and_leaves_nothing_running(
         assert reached(tmp), "the replay never reached the moment to stop it"
         time.sleep(then_s)
         replay.send_signal(signal.SIGTERM)
-        # The wait for leases would last 3 ticks (180 s) if a stop did not end it.
+        # Start-up would last past this timeout if a stop did not end it.
         _, err = replay.communicate(timeout=60)
     finally:
         replay.kill()
