@@ -27,7 +27,7 @@ def gone(pid: int) -> bool:
     reap it."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # ESRCH: it ended as we read
         return True
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
@@ -59,7 +59,7 @@ def descendants(pid: int) -> set[int]:
         for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
             try:
                 children = (task / "children").read_text().split()
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):  # ESRCH: it ended as we read
                 continue
             for child in map(int, children):
                 if child not in found:
