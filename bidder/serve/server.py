@@ -217,8 +217,6 @@ async def wait_for_registration(settings: Settings, nodes: list[str]) -> None:
         scores = await client.zmscore(live_nodes_key(), nodes)
         return all(score is not None for score in scores)
 
-    if settings.valkey_url is None:
-        return
     if await _poll_valkey(settings, registered, settings.pacing_tick_s) is False:
         log.warning("workers did not register in a tick: they get leases a tick later")
 
@@ -234,8 +232,6 @@ async def wait_for_leases(settings: Settings, nodes: list[str]) -> None:
     async def leased(client: AsyncValkey) -> bool:
         return bool(await client.exists(*(leases_key(node) for node in nodes)) == len(nodes))
 
-    if settings.valkey_url is None:
-        return
     found = await _poll_valkey(settings, leased, _LEASE_WAIT_TICKS * settings.pacing_tick_s)
     if found:
         # Each worker re-reads its leases at this interval.
@@ -249,8 +245,9 @@ async def _poll_valkey(
     settings: Settings, holds: Callable[[AsyncValkey], Awaitable[bool]], within_s: float
 ) -> bool | None:
     """Whether ``holds`` came true within ``within_s`` (asked every 0.1 s); None when
-    Valkey failed (logged)."""
-    assert settings.valkey_url is not None
+    there is no Valkey to ask, or it failed (logged)."""
+    if settings.valkey_url is None:
+        return None
     deadline = time.monotonic() + within_s
     client = connect_async(
         settings.valkey_url, cluster=settings.valkey_cluster, timeout_s=_LEASE_WAIT_TIMEOUT_S
