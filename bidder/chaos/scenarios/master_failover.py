@@ -6,7 +6,7 @@ first request of the second of three passes (healthy, failover, after: 40% in); 
 replica is promoted by the cluster. The bidder (2 workers, the reconciler, the admin
 port) must reconnect without a restart: no 5xx, the pass after the failover answering within
 the deadline about as often as the healthy one (the failover pass itself within a wider
-margin: ``FAILOVER_MARGIN``), the same worker processes throughout,
+margin in a full run: ``FAILOVER_MARGIN``), the same worker processes throughout,
 bids in the pass after the failover, every acknowledged bill in the stream and
 DynamoDB's totals equal to the ledger.
 
@@ -87,8 +87,11 @@ FAILOVER_MARGIN = 0.15
 """How much lower the failover pass's within-deadline share may be than the healthy
 pass's. Until the promotion (~2.5 s, a large part of a short pass) a third of the keys
 have no master: a request touching them spends its cap check's timeout (4 ms) and then
-its dedup claim's, so on a busy machine some answer a little past 8 ms. The pass after
-the failover is held to the usual margin: the bidder must be whole again."""
+its dedup claim's, so on a busy machine some answer a little past 8 ms. Checked in a
+full run only: the short form's failover pass lasts 4 s, most of it the promotion, so
+its share measures how long the promotion took beside another test file (drops of 0.22
+were seen with nothing wrong; the most a third of the keys can cost is 0.33). The pass
+after the failover is held to the usual margin in both: the bidder must be whole again."""
 
 
 def missing_feature() -> str | None:
@@ -200,8 +203,9 @@ def _check(run: Run, passes: list[ReplayResult], promotion_s: float | None, same
         promotion_s=promotion_s,
     )
     record_answers(checks, run.scenario, passes, None)
-    healthy, failover_margin = passes[:1], run.options.drop_margin(FAILOVER_MARGIN)
-    check_ratio_drop(checks, run.scenario, healthy, passes[1:2], failover_margin)
+    healthy = passes[:1]
+    if not run.short:  # see FAILOVER_MARGIN
+        check_ratio_drop(checks, run.scenario, healthy, passes[1:2], FAILOVER_MARGIN)
     check_ratio_drop(checks, run.scenario, healthy, passes[2:], run.options.drop_margin(), "after")
     checks.expect("promotion_s", promotion_s, "<=", PROMOTION_BOUND_S)
     checks.expect("same_worker_processes_throughout", same, "==", True)

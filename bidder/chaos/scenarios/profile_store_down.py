@@ -11,7 +11,8 @@ Each part has its own answer to losing moto: profile fills fail in the backgroun
 go to the local spool; the reconciler can neither apply spend nor read budgets, so
 leases lapse and every campaign answers ``no_lease`` (fail-closed, as 204s).
 
-Checked: every request of every pass answered 200/204 (no 5xx, no transport error);
+Checked: every request of every pass answered 200/204 (no 5xx, no transport error;
+no client timeout in a full run, ``ScenarioOptions.timeouts_allowed`` in the short form);
 the fault pass has no more ``deadline`` no-bids than the baseline plus 3% of the pass;
 fills did fail; notices kept being acknowledged in the fault pass; no bid after the
 leases lapsed. Not measured here: lost ledger entries (the stream dies with moto;
@@ -129,7 +130,8 @@ def _check(
     figures = record_answers(checks, scenario, list(results.values()), None)
     baseline, fault = results["baseline"], results["fault"]
     check_ratio_drop(checks, scenario, [baseline], [fault], run.options.drop_margin())
-    checks.expect("client_timeouts", figures.timeouts, "==", 0)
+    allowed = run.options.timeouts_allowed(figures.requests)
+    checks.expect("client_timeouts", figures.timeouts, "<=", allowed)
     checks.expect("profile_fill_errors", fill_errors, ">", 0)
     margin = round(fault.requests * run.options.drop_margin(DEADLINE_MARGIN_SHARE))
     checks.expect(

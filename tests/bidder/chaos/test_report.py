@@ -164,3 +164,12 @@ def test_the_short_form_allows_a_larger_drop_than_a_full_run(tmp_path: Path) -> 
     assert full.drop_margin(0.15) == 0.15
     assert short.drop_margin(0.15) == SHORT_DROP_MARGIN
     assert short.drop_margin(0.5) == 0.5
+
+
+def test_only_the_short_form_tolerates_a_few_client_timeouts(tmp_path: Path) -> None:
+    full, short = ScenarioOptions(tmp_path), ScenarioOptions(tmp_path, short=True)
+    assert full.timeouts_allowed(4200) == 0
+    assert short.timeouts_allowed(4200) == 21  # half a percent, rounded down
+    assert short.timeouts_allowed(199) == 0
+    # A hung call on the loop: every request of 100 ms at 400 req/s gives up.
+    assert short.timeouts_allowed(4200) < 40
