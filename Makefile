@@ -25,7 +25,10 @@ demo: $(STAMP)
 
 test: $(STAMP) lint
 	@# pytest exits 5 when it collected no test: that is a failure here, not a pass.
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile; rc=$$?; \
+	@# The suite starts a few hundred Python processes (bidder workers, CLIs, servers):
+	@# each reads the project's .pyc files instead of compiling its sources again, even
+	@# where PYTHONDONTWRITEBYTECODE is set.
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
 
@@ -44,7 +47,10 @@ $(STAMP): pyproject.toml
 		rm -rf $(VENV); \
 	fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@# uv installs the same packages as pip in about a quarter of the time (it fetches
+	@# and unpacks in parallel); the .pyc files are written now, not by each process.
+	test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet --disable-pip-version-check uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e '.[dev]'
 	rm -f $(VENV)/.installed*
 	touch $(STAMP)
 
