@@ -14,8 +14,9 @@ PYVER := $(shell $(PYTHON) -c '$(PYVER_OF)' 2>/dev/null)
 STAMP := $(VENV)/.installed-$(PYVER)
 
 # Test files run in this many processes (one file stays in one process, with its
-# servers); most tests wait on servers more than they compute.
-TEST_PROCESSES ?= 3
+# servers); many tests wait on servers and timed replays, and four processes keep the
+# 2 cores busier than three do.
+TEST_PROCESSES ?= 4
 
 .PHONY: demo test lint venv clean
 
