@@ -168,8 +168,8 @@ def test_the_short_form_allows_a_larger_drop_than_a_full_run(tmp_path: Path) -> 
 
 def test_only_the_short_form_tolerates_a_few_client_timeouts(tmp_path: Path) -> None:
     full, short = ScenarioOptions(tmp_path), ScenarioOptions(tmp_path, short=True)
-    assert full.timeouts_allowed(4200) == 0
-    assert short.timeouts_allowed(4200) == 21  # half a percent, rounded down
+    assert full.timeouts_allowed(3400) == 0
+    assert short.timeouts_allowed(3400) == 17  # half a percent, rounded down
     assert short.timeouts_allowed(199) == 0
     # A hung call on the loop: every request of 100 ms at 400 req/s gives up.
-    assert short.timeouts_allowed(4200) < 40
+    assert short.timeouts_allowed(3400) < 40
