@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+_ENDED = (FileNotFoundError, ProcessLookupError)
+"""What reading a process's /proc file raises once it has ended (ESRCH: as it was read)."""
 
 
 def start_to_kill(argv: list[str], tmp_path: Path, **pipes: Any) -> subprocess.Popen[str]:
@@ -27,7 +29,7 @@ def gone(pid: int) -> bool:
     reap it."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):  # ESRCH: it ended as we read
+    except _ENDED:
         return True
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
@@ -59,7 +61,7 @@ def descendants(pid: int) -> set[int]:
         for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
             try:
                 children = (task / "children").read_text().split()
-            except (FileNotFoundError, ProcessLookupError):  # ESRCH: it ended as we read
+            except _ENDED:
                 continue
             for child in map(int, children):
                 if child not in found:

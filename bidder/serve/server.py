@@ -172,8 +172,8 @@ async def running_bidder(
                 nodes = [pacing_node_id(pid) for pid in pool.pids]
                 # The reconciler ticks as it starts, leasing to the nodes registered
                 # then: started once every worker has, that first tick leases to all of
-                # them, where one started beside the workers found none and they
-                # waited a whole tick (5 s by default) with no budget.
+                # them (started beside the workers, it would find none, and they would
+                # wait a whole tick, 5 s by default, with no budget).
                 await wait_for_registration(settings, nodes)
                 reconciler = reconciling.enter_context(
                     running_reconciler(reconciler_settings or settings)
