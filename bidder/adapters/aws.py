@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -71,6 +71,15 @@ def aws_client(
             service, region_name=region, endpoint_url=endpoint, config=config, **credentials
         )
     return client
+
+
+def load_models(services: Iterable[str]) -> None:
+    """Read the botocore models of ``services`` into the process's session, calling
+    nothing: a client is built for each on a loopback endpoint and dropped. A further
+    client of the service, here or in a process forked from here, then skips reading
+    them (the first client of a service reads its model files: 20-150 ms of CPU)."""
+    for service in services:
+        aws_client(service, "http://127.0.0.1:1")
 
 
 def scan_items(client: BaseClient, params: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +59,48 @@ def test_a_worker_finds_the_libraries_loaded_and_prometheus_not(tmp_path: Path) 
     assert found["preloaded"] == sorted(worker_start.PRELOADED)
     # The test module that holds the entry point loads it, not the fork server.
     assert found["prometheus_loaded_before_entry"] is False
+
+
+def _files_read(out: str, supervisor_pid: int, conn: Connection) -> None:
+    """A worker entry point: builds a client of each warmed service, writes the files
+    botocore read to build them."""
+    from botocore.loaders import JSONFileLoader
+
+    from bidder.adapters.aws import aws_client
+
+    read: list[str] = []
+    load_file = JSONFileLoader.load_file
+
+    def recorded(loader: JSONFileLoader, path: str) -> Any:
+        read.append(path)
+        return load_file(loader, path)
+
+    JSONFileLoader.load_file = recorded  # type: ignore[method-assign]
+    for service in _called_services():
+        aws_client(service, "http://127.0.0.1:1")
+    Path(out).write_text(json.dumps(read))
+    conn.send(("ready", os.getpid()))
+
+
+def test_a_worker_builds_its_aws_clients_without_reading_their_models(tmp_path: Path) -> None:
+    proc, receiver = worker_start.start(_files_read, str(tmp_path / "read.json"))
+    assert receiver.poll(60) and receiver.recv()[0] == "ready"
+    proc.join(30)
+    assert proc.exitcode == 0
+    assert json.loads((tmp_path / "read.json").read_text()) == []
+
+
+def test_the_warmed_services_are_the_ones_workers_and_the_reconciler_call() -> None:
+    from bidder.serve import fork_warmup  # not at the top: a worker imports this module
+
+    assert _called_services() == set(fork_warmup.SERVICES)
+
+
+def _called_services() -> set[str]:
+    called: set[str] = set()
+    for module in ("bidder/serve/_loads.py", "pacing/reconciler.py"):
+        called |= set(re.findall(r'aws_client\("(\w+)"', (REPO / module).read_text()))
+    return called
 
 
 _UNDER_LONG_TMPDIR = """
