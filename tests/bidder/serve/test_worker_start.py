@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -32,13 +33,13 @@ def _report(out: str, supervisor_pid: int, conn: Connection) -> None:
     conn.send(("ready", os.getpid()))
 
 
-def _start(out: Path) -> dict[str, object]:
-    proc, receiver = worker_start.start(_report, str(out))
+def _start(out: Path, entry: Callable[[str, int, Connection], None] = _report) -> Any:
+    """What the worker running ``entry`` wrote to ``out``, once it ended well."""
+    proc, receiver = worker_start.start(entry, str(out))
     assert receiver.poll(60) and receiver.recv()[0] == "ready"
     proc.join(30)
     assert proc.exitcode == 0
-    found: dict[str, object] = json.loads(out.read_text())
-    return found
+    return json.loads(out.read_text())
 
 
 def test_each_worker_sees_the_environment_of_its_own_start(
@@ -62,7 +63,8 @@ def test_a_worker_finds_the_libraries_loaded_and_prometheus_not(tmp_path: Path) 
 
 
 def _files_read(out: str, supervisor_pid: int, conn: Connection) -> None:
-    """A worker entry point: builds a client of each warmed service, writes the files
+    """A worker entry point: builds a client of each service workers and the reconciler
+    call, writes the files
     botocore read to build them."""
     from botocore.loaders import JSONFileLoader
 
@@ -83,11 +85,7 @@ def _files_read(out: str, supervisor_pid: int, conn: Connection) -> None:
 
 
 def test_a_worker_builds_its_aws_clients_without_reading_their_models(tmp_path: Path) -> None:
-    proc, receiver = worker_start.start(_files_read, str(tmp_path / "read.json"))
-    assert receiver.poll(60) and receiver.recv()[0] == "ready"
-    proc.join(30)
-    assert proc.exitcode == 0
-    assert json.loads((tmp_path / "read.json").read_text()) == []
+    assert _start(tmp_path / "read.json", _files_read) == []
 
 
 def test_the_warmed_services_are_the_ones_workers_and_the_reconciler_call() -> None:
