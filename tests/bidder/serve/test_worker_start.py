@@ -64,8 +64,7 @@ def test_a_worker_finds_the_libraries_loaded_and_prometheus_not(tmp_path: Path) 
 
 def _files_read(out: str, supervisor_pid: int, conn: Connection) -> None:
     """A worker entry point: builds a client of each service workers and the reconciler
-    call, writes the files
-    botocore read to build them."""
+    call, writes the files botocore read to build them."""
     from botocore.loaders import JSONFileLoader
 
     from bidder.adapters.aws import aws_client
