@@ -36,10 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import redis
 import uvloop
 
-from bidder.adapters.valkey import connect_pipelined
+from bidder.adapters.valkey import connect_pipelined, connect_sync
 from bidder.core.campaigns import Campaign, CapPolicy, Creative, FrequencyCap
 from bidder.stack.child import free_port
 from bidder.stack.cluster import ValkeyNode
@@ -69,7 +68,7 @@ def _subjects(count_on: str) -> list[Subject]:
 
 
 def _used_memory(url: str) -> int:
-    with redis.Redis.from_url(url) as client:
+    with connect_sync(url, timeout_s=5.0) as client:
         used: int = client.info("memory")["used_memory"]
         return used
 
@@ -91,7 +90,7 @@ async def load_ours(url: str, users: list[str]) -> None:
 
 def load_naive(url: str, users: list[str]) -> None:
     day = NOW_MS // DAY_MS
-    with redis.Redis.from_url(url) as client:
+    with connect_sync(url, timeout_s=5.0) as client:
         for start in range(0, len(users), 1_000):
             pipe = client.pipeline(transaction=False)
             for user in users[start : start + 1_000]:

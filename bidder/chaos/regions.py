@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from bidder.adapters.aws import aws_client
+from bidder.adapters.valkey import connect_sync
 from bidder.bidstream.stream import StreamRecord
 from bidder.chaos.harness import chaos_settings
 from bidder.core.campaign_docs import load_campaign_file
@@ -54,6 +53,9 @@ NOTICE_KEY = ("regions", "regions-notice-key-" + "r" * 32)
 RESOURCES = ("campaigns_table", "spend_stream", "spend_table", "profiles_table", "archive_bucket")
 LEASE_WAIT_TICKS = 2.5
 """Ticks to wait after start, so the bidders without the reconciler hold leases too."""
+AUDIT_TIMEOUT_S = 5.0
+"""Per read of a region's counters in the audit: a store that stopped answering fails
+the scenario with an error instead of hanging it."""
 
 
 @dataclass
@@ -230,7 +232,7 @@ def _not_converged(
 ) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for name, url in regions.urls.items():
-        with redis.Redis.from_url(url) as client:
+        with connect_sync(url, timeout_s=AUDIT_TIMEOUT_S) as client:
             for user, count in expected.items():
                 raw = client.hgetall(keys.counters(keys.USER, user))
                 merged = merged_count({k.decode(): int(v) for k, v in raw.items()}, tokens)
