@@ -7,7 +7,8 @@ would pay it while its slot serves nothing. So workers (and the reconciler,
 ``multiprocessing``'s fork server: one process per supervisor, started with the first
 worker, that imports ``PRELOADED`` once (the libraries, and the models of the AWS
 services the workers call) and forks each worker from that state. It holds no event
-loop, thread, client or connection, so a fork of it is as clean as a fresh interpreter.
+loop, thread or connection (the clients that read those models were dropped unused), so
+a fork of it is as clean as a fresh interpreter.
 
 The fork server was started with the supervisor's environment of that moment, and a
 forked worker inherits the server's. ``enter`` gives the worker the supervisor's
