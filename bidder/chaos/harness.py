@@ -55,9 +55,9 @@ on a hung call misses every request of the phase, a worker that stops answering 
 SHORT_TIMEOUT_SHARE = 0.005
 """Requests the client may give up on (100 ms) in the short form, as a share of the
 measured ones; a full run allows none. Beside other test files on the 2 cores, the
-replay's own loop or a worker can lose the CPU for that long now and then (1 and 4 of
-3,400 were seen with nothing wrong); a loop waiting on a hung call loses every request
-while it hangs, 40 for each 100 ms at 400 req/s."""
+replay's own loop or a worker can lose the CPU for that long now and then
+(docs/reliability.md, "The short form"); a loop waiting on a hung call loses every
+request while it hangs, 40 for each 100 ms at 400 req/s."""
 
 
 @dataclass(frozen=True, slots=True)

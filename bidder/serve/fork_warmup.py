@@ -2,7 +2,7 @@
 importing it reads the botocore models of the AWS services that workers and the
 reconciler call into the process's boto3 session, so every process forked from the
 server builds its clients from them instead of reading them again (about 0.2 s of CPU
-per process). Nothing else imports it.
+per process). Nothing else in bidsim imports it.
 """
 
 from __future__ import annotations

@@ -89,9 +89,9 @@ pass's. Until the promotion (~2.5 s, a large part of a short pass) a third of th
 have no master: a request touching them spends its cap check's timeout (4 ms) and then
 its dedup claim's, so on a busy machine some answer a little past 8 ms. Checked in a
 full run only: the short form's failover pass lasts 4 s, most of it the promotion, so
-its share measures how long the promotion took beside other test files (drops of 0.22
-and 0.31 were seen with nothing wrong; the most a third of the keys can cost is 0.33). The pass
-after the failover is held to the usual margin in both: the bidder must be whole again."""
+its share measures how long the promotion took beside other test files, up to the 0.33
+a third of the keys can cost (docs/reliability.md, "The short form"). The pass after
+the failover is held to the usual margin in both: the bidder must be whole again."""
 
 
 def missing_feature() -> str | None:

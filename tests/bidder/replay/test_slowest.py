@@ -64,9 +64,8 @@ def test_the_slowest_answers_kept_are_the_slowest(latencies: list[int], keep: in
 
 
 SLOW_S = 0.1
-"""What ``SlowEveryTenth`` adds: far beyond a stall of the worker's loop on a busy
-machine, which the stage awaiting at that moment absorbs (at 20 ms, one slowed
-request's fcap stage once measured longer)."""
+"""What ``SlowEveryTenth`` adds: far longer than a stall of the worker's loop on a busy
+machine, which lands in whichever stage is awaiting at that moment."""
 
 
 class SlowEveryTenth:
