@@ -1,8 +1,6 @@
-"""Prometheus counters of frequency capping (registered once, at import)."""
+"""Counters of frequency capping on the bid path (``bidder.core.published_metrics``)."""
 
 from __future__ import annotations
-
-import prometheus_client
 
 from bidder.core.campaigns import CAP_CLASSES, CAP_FALLBACKS
 from bidder.core.published_metrics import Counter
@@ -51,23 +49,3 @@ READS_BY_CLASS = {name: READS.labels(name) for name in CAP_CLASSES}
 FRESH_HITS_BY_CLASS = {name: FRESH_HITS.labels(name) for name in CAP_CLASSES}
 NEVER_COUNTED_BY_CLASS = {name: NEVER_COUNTED.labels(name) for name in CAP_CLASSES}
 FALLBACK_CHECKS = {name: FALLBACK.labels(name) for name in CAP_FALLBACKS if name != "none"}
-
-# Regional mode's replicators (fcap.replicate): not on the bid path, so plain
-# prometheus_client metrics, labelled by link.
-REPLICATION_LAG = prometheus_client.Gauge(
-    "bidsim_fcap_replication_lag_seconds",
-    "Age of the oldest counter change not yet applied in the destination region.",
-    ["source", "dest"],
-    multiprocess_mode="max",
-)
-REPLICATION_ALERT = prometheus_client.Gauge(
-    "bidsim_fcap_replication_lag_alert",
-    "1 while the replication lag is over its alert threshold.",
-    ["source", "dest"],
-    multiprocess_mode="max",
-)
-REPLICATION_APPLIED = prometheus_client.Counter(
-    "bidsim_fcap_replication_applied",
-    "Counter changes applied in the destination region.",
-    ["source", "dest"],
-)

@@ -30,14 +30,33 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+import prometheus_client
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from bidder.core.clock import Clock, SystemClock
 from fcap import keys, scripts
-from fcap.metrics import REPLICATION_ALERT, REPLICATION_APPLIED, REPLICATION_LAG
 
 log = logging.getLogger(__name__)
+
+# Not on the bid path: plain prometheus_client metrics, labelled by link.
+REPLICATION_LAG = prometheus_client.Gauge(
+    "bidsim_fcap_replication_lag_seconds",
+    "Age of the oldest counter change not yet applied in the destination region.",
+    ["source", "dest"],
+    multiprocess_mode="max",
+)
+REPLICATION_ALERT = prometheus_client.Gauge(
+    "bidsim_fcap_replication_lag_alert",
+    "1 while the replication lag is over its alert threshold.",
+    ["source", "dest"],
+    multiprocess_mode="max",
+)
+REPLICATION_APPLIED = prometheus_client.Counter(
+    "bidsim_fcap_replication_applied",
+    "Counter changes applied in the destination region.",
+    ["source", "dest"],
+)
 
 START = "0-0"
 

@@ -15,6 +15,13 @@ least recent of the live workers'): a reader that wants every count made before 
 instant waits until that stamp has passed it (``bidder.replay.admin_metrics``), rather
 than sleeping and hoping a worker the machine had descheduled has flushed meanwhile.
 
+The Prometheus metrics themselves are made by ``bind`` (or a metric's first flush),
+not as the module that declares them is imported: ``prometheus_client`` chooses its
+multi-process mode and directory as it loads and as each value is made, so a process
+that imports the bid path before it knows its bidder's directory (the workers' fork
+server, ``bidder.serve.worker_start``) must not load it. A worker binds as it starts,
+so ``/metrics`` shows every metric, at 0, from then on.
+
 Record on the event loop's thread only (every caller does): increments are plain
 read-modify-writes with no lock, and the flusher runs on the same thread.
 """
@@ -25,10 +32,9 @@ import asyncio
 import logging
 import time
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any, Literal
-
-import prometheus_client
 
 log = logging.getLogger(__name__)
 
@@ -40,27 +46,50 @@ GaugeMode = Literal["all", "liveall", "min", "livemin", "max", "livemax", "sum",
 _REGISTERED: list[Counter | Gauge | Histogram] = []
 
 PUBLISHED_NAME = "bidsim_metrics_published_seconds"
-_published_at: prometheus_client.Gauge | None = None
+_published_at: Any = None
 """Made by the first flush, so that only processes that publish counts stamp them (a
 stamp at 0 from a process that never flushes would hold every reader back)."""
 
 
-class _CounterValue:
-    __slots__ = ("_published", "_target", "value")
+def _prometheus() -> ModuleType:
+    """``prometheus_client``, loaded on first use (see the module's docstring)."""
+    import prometheus_client
 
-    def __init__(self, target: Any) -> None:
+    return prometheus_client
+
+
+class _Lazy:
+    """A Prometheus metric made by ``make`` at its first use."""
+
+    __slots__ = ("_make", "_target")
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._target: Any = None
+
+    def _bind(self) -> Any:
+        if self._target is None:
+            self._target = self._make()
+        return self._target
+
+
+class _CounterValue(_Lazy):
+    __slots__ = ("_published", "value")
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        super().__init__(make)
         self.value: float = 0
         """Everything counted in this process so far."""
         self._published: float = 0
-        self._target = target
 
     def inc(self, amount: float = 1) -> None:
         self.value += amount
 
     def _flush(self) -> None:
+        target = self._bind()
         delta = self.value - self._published
         if delta:
-            self._target.inc(delta)
+            target.inc(delta)
             self._published += delta
 
 
@@ -70,7 +99,7 @@ class Counter(_CounterValue):
     __slots__ = ("_children", "_labelled")
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = ()) -> None:
-        super().__init__(prometheus_client.Counter(name, documentation, labelnames))
+        super().__init__(lambda: _prometheus().Counter(name, documentation, labelnames))
         self._labelled = bool(labelnames)
         self._children: dict[tuple[str, ...], _CounterValue] = {}
         _REGISTERED.append(self)
@@ -79,8 +108,18 @@ class Counter(_CounterValue):
         """The child of these label values; resolve it once where it is used per request."""
         child = self._children.get(values)
         if child is None:
-            child = self._children[values] = _CounterValue(self._target.labels(*values))
+            child = _CounterValue(lambda: self._family().labels(*values))
+            self._children[values] = child
         return child
+
+    def _family(self) -> Any:
+        return super()._bind()
+
+    def _bind(self) -> Any:
+        family = self._family()
+        for child in self._children.values():
+            child._bind()
+        return family
 
     def _flush(self) -> None:
         if not self._labelled:
@@ -92,14 +131,14 @@ class Counter(_CounterValue):
             child._flush()
 
 
-class Gauge:
+class Gauge(_Lazy):
     """A gauge without labels; the last value set is what the next flush publishes."""
 
-    __slots__ = ("_published", "_target", "value")
+    __slots__ = ("_published", "value")
 
     def __init__(self, name: str, documentation: str, multiprocess_mode: GaugeMode) -> None:
-        self._target = prometheus_client.Gauge(
-            name, documentation, multiprocess_mode=multiprocess_mode
+        super().__init__(
+            lambda: _prometheus().Gauge(name, documentation, multiprocess_mode=multiprocess_mode)
         )
         self.value = 0.0
         self._published: float | None = None
@@ -109,18 +148,19 @@ class Gauge:
         self.value = value
 
     def _flush(self) -> None:
+        target = self._bind()
         if self.value != self._published:
-            self._target.set(self.value)
+            target.set(self.value)
             self._published = self.value
 
 
-class Histogram:
+class Histogram(_Lazy):
     """A histogram without labels: ``observe`` adds one to its bucket's slot."""
 
-    __slots__ = ("_bounds", "_counts", "_published", "_sum", "_target")
+    __slots__ = ("_bounds", "_counts", "_published", "_sum")
 
     def __init__(self, name: str, documentation: str, buckets: Sequence[float]) -> None:
-        self._target = prometheus_client.Histogram(name, documentation, buckets=buckets)
+        super().__init__(lambda: _prometheus().Histogram(name, documentation, buckets=buckets))
         self._bounds = (*sorted(buckets), float("inf"))
         self._counts = [0] * len(self._bounds)
         self._published = [0] * len(self._bounds)
@@ -137,15 +177,22 @@ class Histogram:
         # histogram keeps one value per bucket (not cumulative) and one for the sum,
         # which is what ``observe`` increments. tests/bidder/core/test_published_metrics.py
         # checks the published text, so a change of those internals fails loudly.
-        target_buckets = self._target._buckets
+        target = self._bind()
         for i, count in enumerate(self._counts):
             delta = count - self._published[i]
             if delta:
-                target_buckets[i].inc(delta)
+                target._buckets[i].inc(delta)
                 self._published[i] = count
         if self._sum:
-            self._target._sum.inc(self._sum)
+            target._sum.inc(self._sum)
             self._sum = 0.0
+
+
+def bind() -> None:
+    """Make the Prometheus metric of everything declared so far (and of each label
+    child resolved so far), publishing nothing: each then shows in ``/metrics``."""
+    for metric in _REGISTERED:
+        metric._bind()
 
 
 def flush() -> None:
@@ -163,7 +210,7 @@ def flush() -> None:
         except Exception as exc:
             failure = failure or exc
     if _published_at is None:
-        _published_at = prometheus_client.Gauge(
+        _published_at = _prometheus().Gauge(
             PUBLISHED_NAME,
             "Unix time at which the live worker that published its counts least recently "
             "began doing so: every count made before it is in /metrics",

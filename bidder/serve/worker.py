@@ -49,7 +49,7 @@ from multiprocessing.connection import Connection
 
 import uvloop
 
-from bidder.core import metrics
+from bidder.core import metrics, published_metrics
 from bidder.core.tasks import cancel_and_wait
 from bidder.serve._loads import WorkerStartError
 from bidder.serve.app import BidderState, Job, build_server
@@ -152,6 +152,9 @@ async def start_site(state: BidderState) -> HttpServer:
 
 
 async def _serve(settings: Settings, conn: Connection) -> None:
+    # Now that the environment is the supervisor's (``worker_start.enter``): the
+    # metrics are made in this bidder's Prometheus directory.
+    published_metrics.bind()
     state = await build_state(settings)
     site = await start_site(state)
     # Everything loaded so far lives as long as the worker. Freezing it keeps the

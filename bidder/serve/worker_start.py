@@ -1,23 +1,25 @@
 """How a worker process begins: forked from a server that has the libraries loaded.
 
 A worker spends about a second of CPU importing LightGBM (with SciPy and NumPy),
-boto3, redis, aiohttp and the rest before it can start; a replacement after a crash
-would pay it while its slot serves nothing. So workers (and the reconciler,
-``bidder.serve.forked_child``) are forked from
-``multiprocessing``'s fork server: one process per supervisor, started with the first
-worker, that imports ``PRELOADED`` once (the libraries, and the models of the AWS
-services the workers call) and forks each worker from that state. It holds no event
-loop, thread or connection (the clients that read those models were dropped unused), so
+boto3, redis, aiohttp, bidsim's own modules and the rest before it can start; a
+replacement after a crash would pay it while its slot serves nothing. So workers (and
+the reconciler, ``bidder.serve.forked_child``) are forked from ``multiprocessing``'s
+fork server: one process per supervisor, started with the first worker, that imports
+``PRELOADED`` once (the libraries, the models of the AWS services the workers call, and
+the worker's own code) and forks each worker from that state. It holds no event loop,
+thread or connection (the clients that read those models were dropped unused), so
 a fork of it is as clean as a fresh interpreter.
 
 The fork server was started with the supervisor's environment of that moment, and a
 forked worker inherits the server's. ``enter`` gives the worker the supervisor's
 environment of the moment it was asked for (the Prometheus multi-process directory
 is set there just before the workers start), and only then unpickles the worker's
-entry point and its arguments: importing them loads ``prometheus_client``, which reads
-that directory as it loads. Of ``PRELOADED``, only ``bidder.serve.fork_warmup`` reads
-the environment as it loads: the boto3 session keeps the AWS profile and config file of
-the fork server's start, the same for every worker of one supervisor.
+entry point and its arguments. The worker's code declares its metrics as it is imported
+but loads ``prometheus_client``, which reads that directory as it loads, only when the
+started worker binds them (``bidder.core.published_metrics``). Of ``PRELOADED``, only
+``bidder.serve.fork_warmup`` reads the environment as it loads: the boto3 session keeps
+the AWS profile and config file of the fork server's start, the same for every worker of
+one supervisor.
 
 The fork server listens on a Unix socket in ``multiprocessing``'s temporary directory,
 made under ``TMPDIR``. A socket's path has at most 107 bytes on Linux, and a long
@@ -56,10 +58,12 @@ PRELOADED = (
     "orjson",
     "uvloop",
     "bidder.serve.fork_warmup",
+    "bidder.serve.worker",
 )
-"""Modules the fork server imports once for every worker it forks: the libraries, then
-the botocore models (``bidder.serve.fork_warmup``). None of them may import
-``prometheus_client`` (it chooses its multi-process mode as it loads)."""
+"""Modules the fork server imports once for every worker it forks: the libraries, the
+botocore models (``bidder.serve.fork_warmup``), then the worker with the bid path. None
+of them may import ``prometheus_client`` (it chooses its multi-process mode as it
+loads)."""
 METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 _SOCKET_PATH_MAX = 107
 """Bytes in a Unix socket's path on Linux, its terminating NUL aside."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import subprocess
+import sys
 import time
 import uuid
 
@@ -18,9 +20,11 @@ from bidder.core.published_metrics import (
     Counter,
     Gauge,
     Histogram,
+    bind,
     flush,
     run_flusher,
 )
+from tests.processes import REPO
 
 BOUNDS = (0.001, 0.002, 0.005, 0.01)
 
@@ -38,13 +42,49 @@ def test_a_counter_is_published_at_the_flush_exactly() -> None:
     counter = Counter(name, "test")
     counter.inc()
     counter.inc(4)
-    assert _value(f"{name}_total") == 0.0  # recorded, not published yet
+    assert _value(f"{name}_total") is None  # recorded; not even made in Prometheus yet
     flush()
     assert _value(f"{name}_total") == 5.0
     counter.inc()
     flush()
     flush()  # a flush with nothing new adds nothing
     assert _value(f"{name}_total") == 6.0
+
+
+def test_bind_makes_each_metric_and_label_child_so_far_showing_nothing_counted() -> None:
+    names = {kind: _name(kind) for kind in ("counter", "family", "gauge", "histogram")}
+    counter = Counter(names["counter"], "test")
+    family = Counter(names["family"], "test", ["outcome"])
+    Gauge(names["gauge"], "test", multiprocess_mode="max").set(4)
+    Histogram(names["histogram"], "test", BOUNDS).observe(0.001)
+    counter.inc(2)
+    family.labels("won").inc(3)
+    bind()
+    assert _value(f"{names['counter']}_total") == 0.0
+    assert _value(f"{names['family']}_total", {"outcome": "won"}) == 0.0
+    assert _value(names["gauge"]) == 0.0
+    assert _value(f"{names['histogram']}_count") == 0.0
+    flush()
+    assert _value(f"{names['counter']}_total") == 2.0
+    assert _value(f"{names['family']}_total", {"outcome": "won"}) == 3.0
+    assert _value(names["gauge"]) == 4.0
+    assert _value(f"{names['histogram']}_count") == 1.0
+
+
+_IMPORT_THE_BID_PATH = """
+import sys
+import bidder.serve.worker, fcap.metrics
+print("prometheus_client" in sys.modules)
+"""
+
+
+def test_importing_the_bid_path_does_not_load_prometheus() -> None:
+    """The workers' fork server imports it before it knows a bidder's metrics directory."""
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_THE_BID_PATH],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert (out.returncode, out.stdout, out.stderr) == (0, "False\n", "")
 
 
 def test_each_label_child_is_published_on_its_own() -> None:
