@@ -176,12 +176,7 @@ def _resampled(
     approximates resampling with replacement and is one vectorized draw. Percentiles are
     picked as ``HdrHistogram.get_value_at_percentile`` picks them.
     """
-    recorded = [
-        (i.value_iterated_to, i.count_at_value_iterated_to)
-        for i in histogram.get_recorded_iterator()
-    ]
-    values = np.array([value for value, _ in recorded], dtype=np.float64)
-    counts = np.array([count for _, count in recorded], dtype=np.float64)
+    values, counts = recorded(histogram)
     cumulative = rng.poisson(counts, size=(RESAMPLES, len(counts))).cumsum(axis=1)
     totals = cumulative[:, -1]
     picked = {}
@@ -189,6 +184,20 @@ def _resampled(
         ranks = np.maximum(1, np.floor(percentile / 100 * totals + 0.5))
         picked[percentile] = values[np.argmax(cumulative >= ranks[:, None], axis=1)]
     return picked
+
+
+def recorded(histogram: HdrHistogram) -> tuple[np.ndarray, np.ndarray]:
+    """The histogram's recorded values and their counts, as its recorded iterator gives
+    them (each bucket's highest equivalent value), read from its counts array rather
+    than through the iterator, which visits every bucket up to the last recorded one in
+    Python."""
+    counts = np.ctypeslib.as_array(histogram.counts)[: histogram.counts_len]
+    indexes = np.flatnonzero(counts)
+    values = [
+        histogram.get_highest_equivalent_value(histogram.get_value_from_index(index))
+        for index in indexes.tolist()
+    ]
+    return np.array(values, dtype=np.float64), counts[indexes].astype(np.float64)
 
 
 def render_comparison(comparison: Comparison, threshold: float) -> str:

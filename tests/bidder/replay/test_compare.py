@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from hdrh.histogram import HdrHistogram
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bidder.cli import main
-from bidder.replay.compare import bootstrap_intervals, compare, render_comparison
+from bidder.replay.compare import bootstrap_intervals, compare, recorded, render_comparison
 from bidder.replay.report import ReplayResult, new_latency_histogram, record_latency, to_json
 
 
@@ -88,6 +89,20 @@ def test_the_interval_of_a_run_against_itself_holds_zero(samples: list[int], pct
         histogram, histogram, [pct], np.random.default_rng(0)
     ).values()
     assert low <= 0 <= high
+
+
+@given(st.lists(st.integers(0, 60_000_000), max_size=300))
+def test_the_recorded_values_are_the_histograms_own_recorded_iteration(samples: list[int]) -> None:
+    histogram = new_latency_histogram()
+    for value in samples:
+        record_latency(histogram, value)
+    expected = [
+        (i.value_iterated_to, i.count_at_value_iterated_to)
+        for i in histogram.get_recorded_iterator()
+    ]
+    for read in (histogram, HdrHistogram.decode(histogram.encode())):  # a report's, too
+        values, counts = recorded(read)
+        assert list(zip(values.tolist(), counts.tolist(), strict=True)) == expected
 
 
 def _write(path: Path, report: dict[str, Any]) -> str:
