@@ -137,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
 def _serve_parser(p: argparse.ArgumentParser) -> None:
     add_bidder_options(p)
     p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--admin-port", type=int, default=8081)
+    p.add_argument("--admin-port", type=int, default=8081, help="0: any free port (printed)")
     p.set_defaults(command=_cmd_serve)
 
 

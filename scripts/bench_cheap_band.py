@@ -60,7 +60,7 @@ from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import prepare_resources, wait_for_leases
 from bidder.serve.settings import Settings
 from bidder.serve.worker import start_background, stop_background
-from bidder.stack.child import free_port, held_port
+from bidder.stack.child import held_port
 from bidder.stack.local import LocalStack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-cheap-band-") as tmp, LocalStack() as stack:
         settings = Settings(
             port=held_port(),
-            admin_port=free_port(),
+            admin_port=0,
             campaigns_path=CAMPAIGNS,
             valkey_url=stack.valkey_url,
             aws_endpoint=stack.aws_endpoint,

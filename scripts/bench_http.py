@@ -62,7 +62,7 @@ from bidder.bidstream.stream import StreamRecord, read_stream
 from bidder.replay.client import HttpPool
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.replay.report import latency_ms
-from bidder.stack.child import free_port, held_port
+from bidder.stack.child import held_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BANNER = ROOT.parent / "shared/external/openrtb/requests/001_iab26_spec-6.2.1-simple-banner.json"
@@ -206,7 +206,7 @@ async def bidder_server(name: str, tree: Path, workers: int) -> AsyncIterator[Se
     if not python.exists():
         raise SystemExit(f"bench_http: {tree} has no .venv (run make venv there)")
     command = [str(python), "-m", "bidder", "serve", "--port", str(port)]
-    command += ["--admin-port", str(free_port()), "--workers", str(workers)]
+    command += ["--admin-port", "0", "--workers", str(workers)]
     command += ["--campaigns", str(tree / "fixtures/openrtb/campaigns.json")]
     proc = await asyncio.create_subprocess_exec(
         *command,

@@ -23,7 +23,7 @@ from bidder.replay.admin_metrics import WATCHED_FLUSH_S
 from bidder.serve.assemble import pacing_node_id
 from bidder.serve.server import RunningBidder, running_bidder
 from bidder.serve.settings import Settings
-from bidder.stack.child import Supervised, free_port, held_port
+from bidder.stack.child import Supervised, held_port
 from bidder.stack.local import LocalStack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def chaos_settings(stack: LocalStack, workdir: Path, **changes: Any) -> Settings
     return (
         Settings(
             port=held_port(),
-            admin_port=free_port(),
+            admin_port=0,
             campaigns_path=CAMPAIGNS,
             valkey_url=stack.valkey_url,
             valkey_cluster=stack.valkey_cluster,

@@ -54,7 +54,7 @@ from bidder.serve.cli_options import (
 )
 from bidder.serve.server import campaigns_of, running_bidder
 from bidder.serve.settings import Settings
-from bidder.stack.child import free_port, held_port
+from bidder.stack.child import held_port
 from fcap.rules import build_subjects
 from pacing.config_file import load_pacing_file, settings_in_force, settings_line
 from pacing.curves import BUILTIN, load_curve_dir
@@ -270,7 +270,7 @@ def _replay_embedded(
     options: ReplayOptions,
     clock: StreamClock | None,
 ) -> ReplayResult:
-    settings = settings_from_args(args, held_port(), free_port())
+    settings = settings_from_args(args, held_port(), 0)
     start_at_ms = time.time_ns() // 1_000_000 + round(args.lead_s * 1000)
     if clock is not None:
         settings = on_clock(settings, clock, start_at_ms)

@@ -181,9 +181,12 @@ async def running_bidder(
                 await wait_for_leases(settings, nodes)
             await runner.setup()
             await web.TCPSite(runner, settings.host, settings.admin_port).start()
+            # Port 0: the one the system gave, so a caller need not pick a free port
+            # seconds before the bidder's start binds it (another process may take it).
+            admin_port = runner.addresses[0][1]
             yield RunningBidder(
                 bid_url=f"http://{settings.host}:{settings.port}",
-                admin_url=f"http://{settings.host}:{settings.admin_port}",
+                admin_url=f"http://{settings.host}:{admin_port}",
                 pool=pool,
                 reconciler=reconciler,
             )

@@ -9,7 +9,7 @@ import pytest
 from bidder.replay.admin_metrics import WATCHED_FLUSH_S
 from bidder.serve.server import load_campaigns
 from bidder.serve.settings import Settings
-from bidder.stack.child import free_port, held_port
+from bidder.stack.child import held_port
 from tests.bidder.live import CAMPAIGNS, REPO, LiveBidder
 
 EXTERNAL = REPO.parent / "shared" / "external" / "openrtb"
@@ -29,7 +29,7 @@ def bidder_settings(
     """
     settings = Settings(
         port=held_port(),
-        admin_port=free_port(),
+        admin_port=0,
         campaigns_path=CAMPAIGNS,
         aws_endpoint=aws_endpoint,
         valkey_url=valkey_url,

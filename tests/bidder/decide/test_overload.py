@@ -25,7 +25,7 @@ from bidder.decide.overload import InFlightGate, LagShedder, LoopLag
 from bidder.pipeline.runner import Context, Stage
 from bidder.serve.app import BidderState
 from bidder.serve.settings import Settings, SettingsError
-from bidder.stack.child import free_port, held_port
+from bidder.stack.child import held_port
 from tests.bidder.conftest import EXTERNAL
 from tests.bidder.live import Answer, DeadlineProbe, LiveBidder, StagesHook
 
@@ -329,7 +329,7 @@ def _with(*extra: Stage) -> StagesHook:
 @contextlib.contextmanager
 def _live(settings: Settings, *stages: Stage) -> Iterator[LiveBidder]:
     with LiveBidder(
-        settings.replace(port=held_port(), admin_port=free_port()), stages=_with(*stages)
+        settings.replace(port=held_port(), admin_port=0), stages=_with(*stages)
     ) as bidder:
         yield bidder
 

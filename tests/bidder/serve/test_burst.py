@@ -21,7 +21,7 @@ from bidder.decide.ratelimit import parse_rate_limits
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.serve.server import running_bidder
 from bidder.serve.settings import Settings
-from bidder.stack.child import free_port, held_port
+from bidder.stack.child import held_port
 from tests.bidder.live import LiveBidder
 
 BOOST = {"ssp-delta": 10.0}
@@ -37,7 +37,7 @@ async def test_a_burst_from_one_ssp_is_throttled_while_the_others_are_not(
     generate(stream, 1500, seed=11, mean_rate=NORMAL_RATE * boost_scale(BOOST), ssp_boost=BOOST)
     settings = bidder_settings.replace(
         port=held_port(),
-        admin_port=free_port(),
+        admin_port=0,
         workers=1,
         reconciler=False,
         rate_limits=parse_rate_limits(LIMITS),

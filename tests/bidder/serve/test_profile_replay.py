@@ -19,7 +19,7 @@ from bidder.replay.admin_metrics import samples
 from bidder.replay.replayer import ReplayOptions, replay
 from bidder.serve.server import running_bidder
 from bidder.serve.settings import Settings
-from bidder.stack.child import free_port, held_port
+from bidder.stack.child import held_port
 from models.cli import add_commands
 
 pytestmark = pytest.mark.long(12)
@@ -51,7 +51,7 @@ async def test_a_second_replay_through_one_bidder_hits_the_profile_cache_at_leas
     generate(stream, requests=1_500, seed=5, mean_rate=400.0)
     records = list(read_stream(stream))
     settings = bidder_settings.replace(
-        port=held_port(), admin_port=free_port(), profiles_table=f"p-{uuid.uuid4().hex[:12]}"
+        port=held_port(), admin_port=0, profiles_table=f"p-{uuid.uuid4().hex[:12]}"
     )
     assert settings.aws_endpoint is not None
     _load_profiles(settings.aws_endpoint, settings.profiles_table, stream)

@@ -22,7 +22,7 @@ SIMPLE_BANNER = (EXTERNAL / "requests" / "001_iab26_spec-6.2.1-simple-banner.jso
 
 
 def _fresh(settings: Settings, **changes: object) -> Settings:
-    return settings.replace(port=held_port(), admin_port=free_port(), **changes)
+    return settings.replace(port=held_port(), admin_port=0, **changes)
 
 
 async def _post_many(url: str, count: int) -> list[int]:

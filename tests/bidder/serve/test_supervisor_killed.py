@@ -9,14 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bidder.stack.child import free_port, held_port
+from bidder.stack.child import held_port
 from tests.bidder.live import CAMPAIGNS
 from tests.processes import descendants, gone, start_to_kill, wait_until
 
 
 def test_every_process_of_a_killed_supervisor_ends(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "bidder", "serve", "--workers", "2", "--no-reconciler"]
-    argv += ["--port", str(held_port()), "--admin-port", str(free_port())]
+    argv += ["--port", str(held_port()), "--admin-port", "0"]
     argv += ["--campaigns", str(CAMPAIGNS)]
     supervisor = start_to_kill(argv, tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     try:

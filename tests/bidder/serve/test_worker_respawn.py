@@ -36,7 +36,7 @@ from bidder.serve.server import prepare_resources, running_bidder, with_shared_n
 from bidder.serve.settings import Settings
 from bidder.serve.worker import run_worker
 from bidder.serve.workers import PoolCollector, Restart, RestartPolicy, WorkerPool, describe_exit
-from bidder.stack.child import die_with, free_port, held_port
+from bidder.stack.child import die_with, held_port
 from pacing.lease_store import leases_key
 from tests.processes import reaped
 
@@ -78,7 +78,7 @@ def _started(control: Path) -> set[int]:
 
 
 def _fresh(settings: Settings, **changes: object) -> Settings:
-    return settings.replace(port=held_port(), admin_port=free_port(), **changes)
+    return settings.replace(port=held_port(), admin_port=0, **changes)
 
 
 # --- pure parts ------------------------------------------------------------------------

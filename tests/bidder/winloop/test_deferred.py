@@ -28,7 +28,7 @@ from bidder.replay.ledger_audit import read_ledger
 from bidder.serve.reconciler_process import running_reconciler
 from bidder.serve.server import prepare_resources
 from bidder.serve.settings import Settings
-from bidder.stack.child import free_port, held_port
+from bidder.stack.child import held_port
 from bidder.stack.local import LocalStack
 from bidder.winloop.billable import Billable, BillingOutcome, decode_billable
 from bidder.winloop.billing import Biller, BillingUnavailable
@@ -367,7 +367,7 @@ def paused(stack: LocalStack) -> Iterator[None]:
 def private_settings(base: Settings, stack: LocalStack, tmp_path: Path) -> Settings:
     return base.replace(
         port=held_port(),
-        admin_port=free_port(),
+        admin_port=0,
         valkey_url=stack.valkey_url,
         spend_stream=f"spend-{uuid.uuid4().hex[:10]}",
         spool_dir=tmp_path / "spool",
