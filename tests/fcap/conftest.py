@@ -43,12 +43,15 @@ def assert_every_key_has_ttl(node_urls: list[str]) -> None:
 
 def keys_without_ttl(node_url: str) -> list[bytes]:
     with redis.Redis.from_url(node_url) as client:
-        return [
+        found = [
             key
             for prefix in (keys.USER, keys.HOUSEHOLD)
             for key in client.scan_iter(match=f"{prefix}:*", count=1000)
-            if client.pttl(key) == -1
         ]
+        ttls = client.pipeline(transaction=False)
+        for key in found:
+            ttls.pttl(key)
+        return [key for key, ttl in zip(found, ttls.execute(), strict=True) if ttl == -1]
 
 
 @pytest_asyncio.fixture
