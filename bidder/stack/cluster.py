@@ -143,6 +143,10 @@ class ValkeyNode:
                 # above 0, i.e. after its master's first replication ping (default
                 # every 10 s): until then clients can't see (nor read from) it.
                 *("--repl-ping-replica-period", "1"),
+                # A master starts a replica's first (diskless) sync only after waiting
+                # this long for more replicas to share it (default 5 s): here every
+                # replica attaches at once, so the wait only delays the cluster's start.
+                *("--repl-diskless-sync-delay", "0"),
             ]
         return argv
 
