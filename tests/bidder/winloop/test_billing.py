@@ -18,6 +18,7 @@ import redis
 import redis.asyncio as aioredis
 
 from bidder.adapters.aws import aws_client
+from bidder.adapters.valkey import connect_async
 from bidder.core.clock import ManualClock
 from bidder.core.ledger import LedgerEntry
 from bidder.core.tokens import NoticeClaims, TokenSigner
@@ -184,7 +185,8 @@ async def test_without_a_ledger_id_or_a_journal_nothing_is_billed(
 async def test_an_unreachable_dedup_store_without_a_journal_bills_nothing(setup: Setup) -> None:
     from bidder.stack.child import held_port
 
-    dead = aioredis.Redis(port=held_port(), socket_connect_timeout=0.2)
+    # A worker's client: one attempt, no retries with backoff.
+    dead = connect_async(f"redis://127.0.0.1:{held_port()}", timeout_s=0.2)
     clock = ManualClock()
     biller = Biller(
         dead, setup.ledger, Snowflake(clock, worker=1).next_id, clock, [], dedup_ttl_ms=60_000
