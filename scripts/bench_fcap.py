@@ -49,6 +49,9 @@ CAMPAIGNS = 10
 DAY_MS = 86_400_000
 NOW_MS = 1_767_225_600_000 + 12 * 3_600_000
 CONCURRENCY = 64
+READ_TIMEOUT_S = 5.0
+"""Per blocking call of the memory read and the naive loader: a server that stopped
+answering ends the run with an error instead of hanging it."""
 
 
 def _subjects(count_on: str) -> list[Subject]:
@@ -68,7 +71,7 @@ def _subjects(count_on: str) -> list[Subject]:
 
 
 def _used_memory(url: str) -> int:
-    with connect_sync(url, timeout_s=5.0) as client:
+    with connect_sync(url, timeout_s=READ_TIMEOUT_S) as client:
         used: int = client.info("memory")["used_memory"]
         return used
 
@@ -90,7 +93,7 @@ async def load_ours(url: str, users: list[str]) -> None:
 
 def load_naive(url: str, users: list[str]) -> None:
     day = NOW_MS // DAY_MS
-    with connect_sync(url, timeout_s=5.0) as client:
+    with connect_sync(url, timeout_s=READ_TIMEOUT_S) as client:
         for start in range(0, len(users), 1_000):
             pipe = client.pipeline(transaction=False)
             for user in users[start : start + 1_000]:

@@ -67,7 +67,7 @@ def _files_read(out: str, supervisor_pid: int, conn: Connection) -> None:
     call, writes the files botocore read to build them."""
     from botocore.loaders import JSONFileLoader
 
-    from bidder.adapters.aws import aws_client
+    from bidder.adapters.aws import load_models
 
     read: list[str] = []
     load_file = JSONFileLoader.load_file
@@ -77,8 +77,7 @@ def _files_read(out: str, supervisor_pid: int, conn: Connection) -> None:
         return load_file(loader, path)
 
     JSONFileLoader.load_file = recorded  # type: ignore[method-assign]
-    for service in _called_services():
-        aws_client(service, "http://127.0.0.1:1")
+    load_models(_called_services())
     Path(out).write_text(json.dumps(read))
     conn.send(("ready", os.getpid()))
 
