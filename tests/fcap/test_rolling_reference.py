@@ -38,7 +38,7 @@ def test_rolling_window_matches_the_reference(
 
 
 async def _count_then_check(url: str, subject: Subject, times: list[int], now: int) -> bool:
-    client: redis.asyncio.Redis = connect(url)
+    client: redis.asyncio.Redis = connect(url, socket_timeout_s=2.0)
     store = FcapStore(client, check_timeout_s=2.0, write_timeout_s=2.0)
     user = new_user()
     deadline = asyncio.get_running_loop().time() + 5.0

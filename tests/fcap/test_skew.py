@@ -24,7 +24,7 @@ RECENCY = one_subject(cap("creative", "recency", 60))
 @pytest_asyncio.fixture
 async def other(fcap_valkey_url: str) -> AsyncIterator[FcapStore]:
     """A second "process": its own client."""
-    client = connect(fcap_valkey_url)
+    client = connect(fcap_valkey_url, socket_timeout_s=2.0)
     yield FcapStore(client, check_timeout_s=1.0)
     await client.aclose()
 
