@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
+
 from bidder.chaos import SCENARIOS, ScenarioOptions
 from bidder.chaos.result import PENDING
 
 
 def passes(name: str, tmp_path: Path) -> None:
-    """Run scenario ``name``'s short form in ``tmp_path``; fail with its explanation."""
+    """Run scenario ``name``'s short form in ``tmp_path``; fail with its explanation and
+    its figures (what a failure on a loaded machine is diagnosed from)."""
     result = SCENARIOS[name](ScenarioOptions(tmp_path, short=True))
     assert result.status != PENDING, f"{name} is pending: {result.explain()}"
-    assert result.passed, f"{name} failed:\n{result.explain()}"
+    figures = orjson.dumps(result.figures, default=str).decode()
+    assert result.passed, f"{name} failed:\n{result.explain()}\nfigures: {figures}"
