@@ -1,11 +1,23 @@
-"""Imported by the workers' fork server only (``bidder.serve.worker_start.PRELOADED``):
-importing it reads the botocore models of the AWS services that workers and the
-reconciler call into the process's boto3 session, so every process forked from the
-server builds its clients from them instead of reading them again (about 0.2 s of CPU
-per process). Nothing else in bidsim imports it.
+"""Imported by the workers' fork server only, last (``bidder.serve.worker_start.PRELOADED``).
+
+Importing it does two things for every process the server forks:
+
+- reads the botocore models of the AWS services that workers and the reconciler call
+  into the process's boto3 session, so each forked process builds its clients from them
+  instead of reading them again (about 0.2 s of CPU per process);
+- moves everything the server has loaded so far into the garbage collector's permanent
+  generation (``gc.freeze``). A forked worker collects once it has started, then freezes
+  what it built; without this, that collection walked the whole inherited heap
+  (LightGBM, SciPy, botocore), writing to every object's header and so copying every
+  page of it from the server: a further bidder start (two workers and the reconciler)
+  took 0.77 s of CPU against 0.58 s with it (docs/benchmarks.md, "Bidder start").
+
+Nothing else in bidsim imports it.
 """
 
 from __future__ import annotations
+
+import gc
 
 from bidder.adapters.aws import load_models
 
@@ -14,3 +26,5 @@ SERVICES = ("dynamodb", "kinesis", "s3")
 (``pacing.reconciler``) builds a client of."""
 
 load_models(SERVICES)
+gc.collect()
+gc.freeze()

@@ -5,8 +5,9 @@ boto3, redis, aiohttp, bidsim's own modules and the rest before it can start; a
 replacement after a crash would pay it while its slot serves nothing. So workers (and
 the reconciler, ``bidder.serve.forked_child``) are forked from ``multiprocessing``'s
 fork server: one process per supervisor, started with the first worker, that imports
-``PRELOADED`` once (the libraries, the models of the AWS services the workers call, and
-the worker's own code) and forks each worker from that state. It holds no event loop,
+``PRELOADED`` once (the libraries, the worker's own code and the models of the AWS
+services the workers call, then freezes that heap for the garbage collector) and forks
+each worker from that state. It holds no event loop,
 thread or connection (the clients that read those models were dropped unused), so
 a fork of it is as clean as a fresh interpreter.
 
@@ -57,13 +58,13 @@ PRELOADED = (
     "msgspec",
     "orjson",
     "uvloop",
-    "bidder.serve.fork_warmup",
     "bidder.serve.worker",
+    "bidder.serve.fork_warmup",
 )
 """Modules the fork server imports once for every worker it forks: the libraries, the
-botocore models (``bidder.serve.fork_warmup``), then the worker with the bid path. None
-of them may import ``prometheus_client`` (it chooses its multi-process mode as it
-loads)."""
+worker with the bid path, then ``bidder.serve.fork_warmup`` (the botocore models, and
+the server's heap frozen, so it must come last). None of them may import
+``prometheus_client`` (it chooses its multi-process mode as it loads)."""
 METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 _SOCKET_PATH_MAX = 107
 """Bytes in a Unix socket's path on Linux, its terminating NUL aside."""

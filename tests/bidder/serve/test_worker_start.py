@@ -3,6 +3,7 @@ supervisor's environment of its own start and finds the heavy libraries loaded."
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -28,6 +29,7 @@ def _report(out: str, supervisor_pid: int, conn: Connection) -> None:
         "supervisor": supervisor_pid,
         "preloaded": sorted(m for m in worker_start.PRELOADED if m in sys.modules),
         "prometheus_loaded_before_entry": "prometheus_client" in sys.modules,
+        "frozen": gc.get_freeze_count(),
     }
     Path(out).write_text(json.dumps(found))
     conn.send(("ready", os.getpid()))
@@ -60,6 +62,12 @@ def test_a_worker_finds_the_libraries_loaded_and_prometheus_not(tmp_path: Path) 
     assert found["preloaded"] == sorted(worker_start.PRELOADED)
     # The test module that holds the entry point loads it, not the fork server.
     assert found["prometheus_loaded_before_entry"] is False
+
+
+def test_a_worker_finds_the_fork_servers_heap_frozen_after_every_preload(tmp_path: Path) -> None:
+    """Its first collection then walks only what it made itself (``fork_warmup``)."""
+    assert worker_start.PRELOADED[-1] == "bidder.serve.fork_warmup"
+    assert _start(tmp_path / "found.json")["frozen"] > 100_000
 
 
 def _files_read(out: str, supervisor_pid: int, conn: Connection) -> None:
