@@ -96,8 +96,14 @@ def _check_valkey(url: str) -> None:
         raise StackError(f"valkey at {url} is not reachable: {exc}") from exc
 
 
+AWS_CHECK_TIMEOUT_S = 10.0
+"""How long a given AWS endpoint has to answer one request. A moto server answers its
+first call to a service only once it has loaded that service's backend, which on a
+machine busy starting several test processes took over 2 s."""
+
+
 def _check_aws(endpoint: str) -> None:
-    if not _http_answers(endpoint, 2.0, _FROM_ENV):
+    if not _http_answers(endpoint, AWS_CHECK_TIMEOUT_S, _FROM_ENV):
         raise StackError(f"AWS endpoint {endpoint} is not reachable (no HTTP answer)")
 
 
