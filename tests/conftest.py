@@ -13,7 +13,9 @@ collection order. ``make test`` hands whole modules (``--dist loadfile``) to whi
 test process is free, in this order (``pytest_configure`` turns off xdist's own
 reordering, which would start the modules with the most tests first): the long modules
 started early leave the short ones to fill in, and the processes end together instead
-of one waiting on a long module started last.
+of one waiting on a long module started last. With four processes or more, the last is
+a background lane at a lower priority that takes only modules marked ``pure``, from the
+end of that order (``tests/lanes.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from hypothesis import settings
 from bidder.stack.cluster import LocalValkeyCluster
 from bidder.stack.local import LocalStack
 from bidder.stack.regions import LocalRegions
+from tests.lanes import LaneScheduling, enter_lane, make_scheduler
 
 # No per-example time limit: hypothesis's default (200 ms) is a timed assert, and on 2
 # shared cores a GC pass or the neighbouring test process can exceed it.
@@ -37,6 +40,12 @@ settings.load_profile("bidsim")
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist is loaded
         config.option.loadscopereorder = False
+    enter_lane(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LaneScheduling | None:
+    return make_scheduler(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

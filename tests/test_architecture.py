@@ -21,6 +21,10 @@ from functools import cache
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.pure
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("bidder", "fcap", "pacing", "ids", "models")
 SIZED_DIRS = (*PACKAGES, "scripts")

@@ -3,6 +3,7 @@ inline decision equals the rules' own."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -11,6 +12,8 @@ from fcap import keys
 from fcap.plan import RESERVED, Period, build_period, build_plan, decide
 from fcap.rules import Rule, Subject, capped_until, fields_at
 from tests.fcap.support import DAY_S, HOUR_S, T0, cap, one_subject
+
+pytestmark = pytest.mark.pure
 
 WINDOWS = [
     ("fixed", HOUR_S),

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from fcap import regions
 
+pytestmark = pytest.mark.pure
+
 SLOTS = st.dictionaries(
     st.sampled_from([regions.slot(f, r) for f in ("aaaaaa1k", "bbbbbb!") for r in "xyz"]),
     st.integers(min_value=0, max_value=10**6),

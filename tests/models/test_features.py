@@ -21,6 +21,8 @@ from models.logs import Impression
 from models.train import dataset
 from tests.models.conftest import World
 
+pytestmark = pytest.mark.pure
+
 HOUR_MS = 3_600_000
 REPO = Path(__file__).resolve().parents[2]
 

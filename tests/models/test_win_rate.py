@@ -9,6 +9,8 @@ from models.logs import win_outcomes
 from models.win_rate import WinRateModel, band
 from tests.models.conftest import World
 
+pytestmark = pytest.mark.pure
+
 
 def test_win_probability_rises_with_the_bid(world: World) -> None:
     p = [world.win_rate.p_win(b, 1_000_000) for b in (1_000_000, 1_500_000, 3_000_000, 6_000_000)]

@@ -12,6 +12,8 @@ from pacing.actual import SCENARIOS, Actual, achievable
 from pacing.curves import Curve
 from pacing.simulate import Scenario, run
 
+pytestmark = pytest.mark.pure
+
 HOURS = 24
 targets = st.lists(st.integers(0, 10**9), min_size=HOURS, max_size=HOURS)
 supplies = st.lists(st.floats(0, 2e9, allow_nan=False), min_size=HOURS, max_size=HOURS)

@@ -22,6 +22,8 @@ from pacing.curves import (
     second_of_day,
 )
 
+pytestmark = pytest.mark.pure
+
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_STREAM = REPO / "fixtures" / "openrtb" / "sample-stream.jsonl.gz"
 weights = st.lists(st.floats(0, 1e6, allow_nan=False), min_size=24, max_size=24).filter(

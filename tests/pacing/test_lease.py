@@ -21,6 +21,8 @@ from pacing.lease import (
     tail_holders,
 )
 
+pytestmark = pytest.mark.pure
+
 
 def test_default_chunk_is_the_design_cards_69_cents() -> None:
     assert chunk_micros(10_000_000_000, 50) == 694_444

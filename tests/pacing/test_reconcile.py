@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -20,6 +21,8 @@ from pacing.reconcile import (
     advertiser_mismatches,
     node_leases,
 )
+
+pytestmark = pytest.mark.pure
 
 DAY0 = 1_767_225_600_000
 NOON = DAY0 + 12 * 3_600_000

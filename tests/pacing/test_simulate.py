@@ -13,6 +13,8 @@ from pacing.reconcile import PacingConfig
 from pacing.report import day_report, tracking
 from pacing.simulate import Scenario, admitted_share, run, seen_spend, window
 
+pytestmark = pytest.mark.pure
+
 
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:

@@ -15,6 +15,8 @@ from bidder.cli import main
 from bidder.decide.identity import identify
 from bidder.openrtb.request import parse_bid_request
 
+pytestmark = pytest.mark.pure
+
 SHARE = 0.3
 
 

@@ -42,6 +42,8 @@ from bidder.supply.files import DirectorySource, load_files
 from bidder.supply.schain import SupplyFiles, Verdict, verify
 from tests.bidder.tcf_strategies import tc_consents
 
+pytestmark = pytest.mark.pure
+
 N = 5_000
 DAY_START_DS = int(datetime(2026, 1, 5, tzinfo=UTC).timestamp() * 10)
 EU = inv.EU_COUNTRIES

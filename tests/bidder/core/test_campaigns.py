@@ -27,6 +27,8 @@ from bidder.core.campaigns import (
     Targeting,
 )
 
+pytestmark = pytest.mark.pure
+
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "openrtb"
 CAMPAIGNS = FIXTURES / "campaigns.json"
 PACING_DAY = FIXTURES / "campaigns-pacing-day.json"

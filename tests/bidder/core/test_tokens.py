@@ -22,6 +22,8 @@ from bidder.core.tokens import (
     read_flags,
 )
 
+pytestmark = pytest.mark.pure
+
 KEY_1, KEY_2 = b"1" * 32, b"2" * 32
 CLAIMS = NoticeClaims(
     bid_id=560_000_000_123_456_789,

@@ -21,6 +21,8 @@ from bidder.openrtb.tcf_encode import encode_tc_string
 from bidder.openrtb.view import BidRequest
 from tests.bidder.tcf_strategies import tc_consents
 
+pytestmark = pytest.mark.pure
+
 POLICY = ConsentPolicy()
 US = 999
 DAY_DS = int(datetime(2026, 1, 5, tzinfo=UTC).timestamp() * 10)

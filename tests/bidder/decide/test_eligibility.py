@@ -23,6 +23,8 @@ from bidder.decide.eligibility import (
 from bidder.openrtb.request import InvalidRequest, parse_bid_request
 from bidder.openrtb.view import BidRequest
 
+pytestmark = pytest.mark.pure
+
 REPO = Path(__file__).resolve().parents[3]
 CAMPAIGNS = REPO / "fixtures" / "openrtb" / "campaigns.json"
 

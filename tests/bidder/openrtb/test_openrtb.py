@@ -16,6 +16,8 @@ from bidder.openrtb.view import BidRequest, Imp
 from tests.bidder.json_strategies import json_values as any_json
 from tests.bidder.openrtb_checks import with_replaced
 
+pytestmark = pytest.mark.pure
+
 
 def _imp(**fields: Any) -> dict[str, Any]:
     return {"id": "1", "banner": {"w": 300, "h": 250}, **fields}

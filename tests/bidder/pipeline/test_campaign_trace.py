@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bidder.pipeline.campaign_trace import CampaignTrace, capped_campaigns, parse_header
+
+pytestmark = pytest.mark.pure
 
 ids = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
 ratios = st.floats(0.0, 1.0)

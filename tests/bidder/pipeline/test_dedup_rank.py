@@ -20,6 +20,8 @@ from bidder.supply.path import (
     parse_preference,
 )
 
+pytestmark = pytest.mark.pure
+
 SSP_NAMES = st.sampled_from(["ssp-a", "ssp-b", "ssp-c", "ssp-d", "ssp-e"])
 
 

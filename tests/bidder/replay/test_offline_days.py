@@ -23,6 +23,8 @@ from pacing.pid import PidGains
 from pacing.report import tracking
 from pacing.simulate import run
 
+pytestmark = pytest.mark.pure
+
 BUDGET = 2_000_000
 CAMPAIGN_BUDGET = Budget(BUDGET, STANDARD, max_cost_micros=10_000)
 SUPPLY_RATIO = 1.2

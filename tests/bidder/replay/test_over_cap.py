@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,6 +14,8 @@ from bidder.core.tokens import VERSION, NoticeClaims, TokenSigner, read_claims
 from bidder.replay.over_cap import OverCapTally
 from fcap.rules import build_subjects
 from tests.fcap.support import HOUR_S, T0, campaign, cap
+
+pytestmark = pytest.mark.pure
 
 TWICE_AN_HOUR = campaign(cap("campaign", "fixed", HOUR_S, 2), cid="c1")
 UNCAPPED = campaign(cid="c3")

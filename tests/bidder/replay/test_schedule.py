@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from bidder.bidstream.stream import StreamRecord
 from bidder.replay.schedule import Pacing, loop_period_ms, schedule
 
+pytestmark = pytest.mark.pure
+
 gaps = st.lists(st.integers(min_value=0, max_value=5_000), min_size=0, max_size=60)
 speeds = st.floats(min_value=0.01, max_value=1_000, allow_nan=False)
 rates = st.floats(min_value=0.5, max_value=100_000, allow_nan=False)

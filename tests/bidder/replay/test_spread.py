@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from bidder.bidstream.stream import StreamRecord
 from bidder.replay.spread import by_share, by_ssp, parse_shares
 
+pytestmark = pytest.mark.pure
+
 RECORDS = st.lists(
     st.builds(
         StreamRecord,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,6 +14,8 @@ from bidder.replay.stream_clock import (
     clock_problem,
     target_problem,
 )
+
+pytestmark = pytest.mark.pure
 
 DAY0 = 1_767_225_600_000
 NOW = 1_800_000_000_000

@@ -4,6 +4,7 @@ others' rates; and the simulator's supply read from it."""
 from __future__ import annotations
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,6 +14,8 @@ from bidder.replay.offline_days import OfflineSettings, book_supplies, offline_d
 from bidder.replay.pacing_figures import pacing_section
 from bidder.replay.supply_book import SupplyBook, supply_at
 from pacing.curves import STANDARD
+
+pytestmark = pytest.mark.pure
 
 MIDNIGHT_MS = 1_767_225_600_000
 MARKET = Market(seed=3)

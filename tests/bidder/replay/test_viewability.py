@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bidder.replay.viewability import dwell_s, imp_formats, is_viewable, view_url
+
+pytestmark = pytest.mark.pure
 
 NURL = "http://127.0.0.1:8080/notice/win?t=k1.AbC-_9&p=${AUCTION_PRICE}&c=${AUCTION_CURRENCY}"
 

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from bidder.supply.ads_txt import AdsRecord, AdsTxt, parse_ads_txt, write_ads_txt
 from tests.bidder.conftest import EXTERNAL
 
+pytestmark = pytest.mark.pure
+
 SUPPLY = EXTERNAL / "supply"
 EXAMPLES = sorted(SUPPLY.glob("*ads.txt_*.txt"))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,8 @@ from bidder.supply.sellers_json import (
     write_sellers_json,
 )
 from tests.bidder.conftest import EXTERNAL
+
+pytestmark = pytest.mark.pure
 
 SUPPLY = EXTERNAL / "supply"
 SMART_QUOTE = SUPPLY / "sellers.json_iab-spec-sample.INVALID-smart-quote.json.txt"

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bidder.serve.http.protocol import HttpProtocol
 from tests.bidder.serve.http.routes import App, post
+
+pytestmark = pytest.mark.pure
 
 
 class Transport:
