@@ -78,7 +78,7 @@ class LaneScheduling(LoadFileScheduling):
     """``--dist loadfile`` with a background lane (module docstring)."""
 
     def _assign_work_unit(self, node: Any) -> None:
-        background = background_lane(node.gateway.id, len(self.nodes))
+        background = background_lane(node.gateway.id, self.numnodes)
         scope = next_scope(list(self.workqueue), background)
         if scope is None:  # nothing this lane may take is left
             if not self._pending_of(self.assigned_work.get(node, {})):
