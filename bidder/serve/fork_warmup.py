@@ -9,8 +9,7 @@ Importing it does two things for every process the server forks:
   generation (``gc.freeze``). A forked worker collects once it has started, then freezes
   what it built; without this, that collection walked the whole inherited heap
   (LightGBM, SciPy, botocore), writing to every object's header and so copying every
-  page of it from the server: a further bidder start (two workers and the reconciler)
-  took 0.77 s of CPU against 0.58 s with it (docs/benchmarks.md, "Bidder start").
+  page of it from the server (docs/decisions.md, "The fork server freezes its heap").
 
 Nothing else in bidsim imports it.
 """

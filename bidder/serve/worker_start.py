@@ -7,9 +7,9 @@ the reconciler, ``bidder.serve.forked_child``) are forked from ``multiprocessing
 fork server: one process per supervisor, started with the first worker, that imports
 ``PRELOADED`` once (the libraries, the worker's own code and the models of the AWS
 services the workers call, then freezes that heap for the garbage collector) and forks
-each worker from that state. It holds no event loop,
-thread or connection (the clients that read those models were dropped unused), so
-a fork of it is as clean as a fresh interpreter.
+each worker from that state. It holds no event loop, thread or connection (the clients
+that read those models were dropped unused), so a fork of it is as clean as a fresh
+interpreter.
 
 The fork server was started with the supervisor's environment of that moment, and a
 forked worker inherits the server's. ``enter`` gives the worker the supervisor's

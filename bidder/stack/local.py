@@ -97,9 +97,9 @@ def _check_valkey(url: str) -> None:
 
 
 AWS_CHECK_TIMEOUT_S = 10.0
-"""How long a given AWS endpoint has to answer one request. A moto server answers its
-first call to a service only once it has loaded that service's backend, which on a
-machine busy starting several test processes took over 2 s."""
+"""How long a given AWS endpoint has to answer one request: a moto server answers its
+first call to a service only once it has loaded that service's backend, seconds on a
+busy machine."""
 
 
 def _check_aws(endpoint: str) -> None:
