@@ -58,6 +58,7 @@ def keys_without_ttl(node_url: str) -> list[bytes]:
 async def store(fcap_valkey_url: str) -> AsyncIterator[FcapStore]:
     client = connect(fcap_valkey_url, socket_timeout_s=2.0)
     pipelined = connect_pipelined(fcap_valkey_url, connect_timeout_s=2.0)
+    pipelined.silent_s = 2.0  # as the adapters' tests do (tests/bidder/adapters/conftest.py)
     await pipelined.connect()
     fcap_store = FcapStore(client, pipelined=pipelined, check_timeout_s=2.0, write_timeout_s=2.0)
     await fcap_store.start()
