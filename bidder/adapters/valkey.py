@@ -74,7 +74,7 @@ from redis.cluster import LoadBalancingStrategy
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
-from bidder.adapters.valkey_pipelined import Address, PipelinedConnection
+from bidder.adapters.valkey_pipelined import SILENT_S, Address, PipelinedConnection
 from bidder.core.tasks import retrieve
 
 AsyncValkey = aioredis.Redis | aioredis.RedisCluster
@@ -217,12 +217,14 @@ def connect_async(
     return aioredis.Redis.from_url(url, **_options(timeout_s))
 
 
-def connect_pipelined(url: str, *, connect_timeout_s: float) -> PipelinedConnection:
+def connect_pipelined(
+    url: str, *, connect_timeout_s: float, silent_s: float = SILENT_S
+) -> PipelinedConnection:
     """The auto-pipelined connection to the one server at ``url``, not connected yet
     (``PipelinedConnection.connect``; it also connects on demand). Call it on the
     loop that will use it."""
     address = Address.from_url(normalize_valkey_url(url))
-    return PipelinedConnection(address, connect_timeout_s=connect_timeout_s)
+    return PipelinedConnection(address, connect_timeout_s=connect_timeout_s, silent_s=silent_s)
 
 
 def connect_sync(url: str, *, cluster: bool = False, timeout_s: float) -> SyncValkey:

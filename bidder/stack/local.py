@@ -40,6 +40,10 @@ from bidder.stack.child import (
 from bidder.stack.cluster import PROBE, LocalValkeyCluster, ValkeyNode
 
 MIN_CLUSTER_MASTERS = 3  # valkey-cli --cluster create refuses fewer
+AWS_CHECK_TIMEOUT_S = 10.0
+"""How long a given AWS endpoint has to answer one request: a moto server answers its
+first call to a service only once it has loaded that service's backend, seconds on a
+busy machine."""
 
 
 # Our own children are probed directly: a proxy from the environment must not answer
@@ -94,12 +98,6 @@ def _check_valkey(url: str) -> None:
             client.ping()
     except (redis.RedisError, ValueError) as exc:
         raise StackError(f"valkey at {url} is not reachable: {exc}") from exc
-
-
-AWS_CHECK_TIMEOUT_S = 10.0
-"""How long a given AWS endpoint has to answer one request: a moto server answers its
-first call to a service only once it has loaded that service's backend, seconds on a
-busy machine."""
 
 
 def _check_aws(endpoint: str) -> None:

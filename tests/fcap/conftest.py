@@ -57,8 +57,9 @@ def keys_without_ttl(node_url: str) -> list[bytes]:
 @pytest_asyncio.fixture
 async def store(fcap_valkey_url: str) -> AsyncIterator[FcapStore]:
     client = connect(fcap_valkey_url, socket_timeout_s=2.0)
-    pipelined = connect_pipelined(fcap_valkey_url, connect_timeout_s=2.0)
-    pipelined.silent_s = 2.0  # as the adapters' tests do (tests/bidder/adapters/conftest.py)
+    # A descheduled test process must not read as Valkey's silence (as in the adapters'
+    # tests, tests/bidder/adapters/conftest.py).
+    pipelined = connect_pipelined(fcap_valkey_url, connect_timeout_s=2.0, silent_s=2.0)
     await pipelined.connect()
     fcap_store = FcapStore(client, pipelined=pipelined, check_timeout_s=2.0, write_timeout_s=2.0)
     await fcap_store.start()

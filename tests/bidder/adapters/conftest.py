@@ -16,8 +16,7 @@ async def pipelined(valkey_url: str) -> AsyncIterator[PipelinedConnection]:
     worker's 0.1 s: these tests never pause the server, and a test process descheduled
     for a tenth of a second on a loaded machine must not read as Valkey's silence (the
     bound's own tests set theirs)."""
-    connection = connect_pipelined(valkey_url, connect_timeout_s=2.0)
-    connection.silent_s = 2.0
+    connection = connect_pipelined(valkey_url, connect_timeout_s=2.0, silent_s=2.0)
     await connection.connect()
     yield connection
     await connection.aclose()
