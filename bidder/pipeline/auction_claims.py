@@ -6,9 +6,16 @@ of the pipeline, after scoring, claims the auction for the copy it is about to b
 on: ``SET <ns>:auction:{<tid>} <ssp> NX PX <window>``. The first claim wins and
 that copy bids; a later copy finds the key and answers ``204 duplicate_auction``.
 
-- Only a copy that would bid claims (the stage runs after every stage that can say
-  no), so a copy that would not bid never blocks a better placed one, and a no-bid
-  costs no round trip. A request without a usable tid is not deduped (counted).
+- Only a copy that would bid keeps a claim (the stage runs after every stage that can
+  say no), so a copy that would not bid never blocks a better placed one for long. A
+  request without a usable tid is not deduped (counted).
+- Early claim (stage 7a, ``EarlyClaimStage``): a top-ranked copy on the single-server
+  connection sends its claim before the cap check, so the round trip runs under the
+  cap check and scoring instead of after them, and stage 8b only reads the reply. A
+  copy that claimed early and then does not bid gives the claim back (``DEL``, sent
+  only while the claim is surely still its own, well inside the window). Pure no-bid
+  stages all run before 7a, so a request that never reaches the cap check costs no
+  round trip.
 - Preferred path: a copy that is not top-ranked (``bidder.supply.path``) waits up to
   ``hold_s`` before it claims, so a better path arriving within the hold claims
   first. A top-ranked copy claims at once. A late copy holds at most half the time
@@ -35,15 +42,16 @@ first served), nor a bid at all when the claiming copy then misses its deadline.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from bidder.adapters.valkey import VALKEY_FAILURES, AsyncValkey
-from bidder.adapters.valkey_pipelined import PipelinedConnection, pack
+from bidder.adapters.valkey_pipelined import PipelinedConnection, forget, pack
 from bidder.adapters.valkey_wait import Waiter
 from bidder.core.clock import Clock
 from bidder.core.nobid import NoBid
 from bidder.core.published_metrics import Counter
-from bidder.pipeline.runner import Context, StageResult
+from bidder.pipeline.runner import Context, EarlyClaim, PricedCandidate, StageResult
 from bidder.supply.files import SupplyCache
 from bidder.supply.path import PathPolicy, auction_id, hold_s
 from bidder.supply.schain import ads_file
@@ -68,6 +76,10 @@ WON, DUPLICATE, UNAVAILABLE, LATE, NO_TID = (
     CLAIMS.labels(o) for o in ("won", "duplicate", "unavailable", "late", "no_tid")
 )
 HELD = Counter("bidsim_dedup_holds", "Bidding copies that held their claim (not top-ranked).")
+GIVEN_BACK = Counter(
+    "bidsim_dedup_claims_given_back",
+    "Claims sent early (stage 7a) and won by copies that then did not bid, given back.",
+)
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -91,22 +103,58 @@ class AuctionClaims:
         self._window_ms = window_ms
         self._waiter = Waiter()
 
+    @property
+    def window_s(self) -> float:
+        return self._window_ms / 1000
+
     async def claim(self, tid: str, holder: str, until: float) -> bool:
         """True when this call claimed the auction, False when a copy already had.
 
         Raises ``TimeoutError`` when Valkey has not answered by ``until`` (the loop's
         clock), one of ``VALKEY_FAILURES`` when it fails.
         """
-        key = auction_key(self._namespace, tid)
         valkey = self._valkey
         if isinstance(valkey, PipelinedConnection):
-            command = pack(b"SET", key, holder or "-", b"NX", b"PX", self._window_ms)
-            return await valkey.send(command, until) is not None
-        (won,) = await self._waiter.gather([self._set(valkey, key, holder)], until)
-        return won
+            return won(await self._send(valkey, tid, holder, until))
+        key = auction_key(self._namespace, tid)
+        (claimed,) = await self._waiter.gather([self._set(valkey, key, holder)], until)
+        return claimed
+
+    def send(self, tid: str, holder: str, until: float) -> asyncio.Future[Any] | None:
+        """The claim sent now on the single-server connection: its reply (``won``
+        reads it), failing as ``claim`` does; None on a Cluster client, which sends
+        only from a task (``claim``)."""
+        valkey = self._valkey
+        if isinstance(valkey, PipelinedConnection):
+            return self._send(valkey, tid, holder, until)
+        return None
+
+    def give_back(self, tid: str) -> None:
+        """Delete the claim of ``tid`` on the single-server connection, not waiting for
+        the answer: only for a claim this worker won less than the window ago, when no
+        other copy can hold the key."""
+        valkey = self._valkey
+        if isinstance(valkey, PipelinedConnection):
+            forget([valkey.send(pack(b"DEL", auction_key(self._namespace, tid)))])
+
+    def _send(
+        self, pipelined: PipelinedConnection, tid: str, holder: str, until: float
+    ) -> asyncio.Future[Any]:
+        key = auction_key(self._namespace, tid)
+        command = pack(b"SET", key, holder or "-", b"NX", b"PX", self._window_ms)
+        return pipelined.send(command, until)
 
     async def _set(self, client: AsyncValkey, key: str, holder: str) -> bool:
         return bool(await client.set(key, holder or "-", nx=True, px=self._window_ms))
+
+
+def won(reply: Any) -> bool:
+    """A ``SET NX`` reply: OK when it set the key, nil when a copy had it."""
+    return reply is not None
+
+
+async def _won(reply: asyncio.Future[Any]) -> bool:
+    return won(await reply)
 
 
 class SupplyDedupStage:
@@ -130,6 +178,21 @@ class SupplyDedupStage:
         self._claim_budget_s = claim_budget_s
         self._sleep = sleep
 
+    @property
+    def claims(self) -> AuctionClaims:
+        return self._claims
+
+    def better_path_possible(self, ctx: Context) -> bool:
+        """A copy through another SSP could rank strictly better than this one."""
+        request = ctx.request
+        ads = ads_file(request.domain, request.bundle, self._supply.files)
+        return self._policy.better_path_possible(ctx.ssp, request.schain, ads)
+
+    def fair_chance(self, limit: float) -> bool:
+        """A claim starting now with ``limit`` has the claim budget to go: a timeout
+        then is Valkey's failure (fail open), not our own lateness."""
+        return limit - self._clock.monotonic() >= self._claim_budget_s
+
     def __call__(self, ctx: Context, deadline: float) -> StageResult | Awaitable[StageResult]:
         tid = auction_id(ctx.request.tid)
         if tid is None:
@@ -138,19 +201,22 @@ class SupplyDedupStage:
         return self._claim(ctx, tid, deadline)
 
     async def _claim(self, ctx: Context, tid: str, deadline: float) -> NoBid | None:
-        request = ctx.request
-        ads = ads_file(request.domain, request.bundle, self._supply.files)
-        better = self._policy.better_path_possible(ctx.ssp, request.schain, ads)
-        remaining = deadline - self._clock.monotonic()
-        wait = hold_s(not better, self._hold_s, remaining, HOLD_MARGIN_S)
-        if wait > 0:
-            HELD.inc()
-            ctx.held = True
-            await self._sleep(wait)
-        limit = deadline - CLAIM_MARGIN_S
-        fair_chance = limit - self._clock.monotonic() >= self._claim_budget_s
+        early = ctx.claim
+        if early is not None:
+            answer, fair_chance = _won(early.reply), early.fair_chance
+        else:
+            top_ranked = not self.better_path_possible(ctx)
+            remaining = deadline - self._clock.monotonic()
+            wait = hold_s(top_ranked, self._hold_s, remaining, HOLD_MARGIN_S)
+            if wait > 0:
+                HELD.inc()
+                ctx.held = True
+                await self._sleep(wait)
+            limit = deadline - CLAIM_MARGIN_S
+            fair_chance = self.fair_chance(limit)
+            answer = self._claims.claim(tid, ctx.ssp, limit)
         try:
-            won = await self._claims.claim(tid, ctx.ssp, limit)
+            claimed = await answer
         except TimeoutError:
             if not fair_chance:
                 LATE.inc()
@@ -160,8 +226,51 @@ class SupplyDedupStage:
         except VALKEY_FAILURES:
             UNAVAILABLE.inc()
             return None
-        if won:
+        if claimed:
             WON.inc()
             return None
         DUPLICATE.inc()
         return NoBid.DUPLICATE_AUCTION
+
+
+class EarlyClaimStage:
+    """Stage 7a, before the cap check: a top-ranked copy sends its claim now, and stage
+    8b (``dedup``) reads the reply (module docstring). Always pure: it never says no."""
+
+    def __init__(self, dedup: SupplyDedupStage, clock: Clock) -> None:
+        self._dedup = dedup
+        self._clock = clock
+
+    def __call__(self, ctx: Context, deadline: float) -> StageResult:
+        tid = auction_id(ctx.request.tid)
+        dedup = self._dedup
+        if tid is None or dedup.better_path_possible(ctx):
+            return None
+        limit = deadline - CLAIM_MARGIN_S
+        fair_chance = dedup.fair_chance(limit)
+        reply = dedup.claims.send(tid, ctx.ssp, limit)
+        if reply is None:  # a Cluster client: stage 8b claims
+            return None
+        claim = ctx.claim = EarlyClaim(reply, self._clock.monotonic(), fair_chance)
+        ctx.finishers.append(lambda bids: self._give_back_unless_bid(claim, tid, bids))
+        return None
+
+    def _give_back_unless_bid(
+        self, claim: EarlyClaim, tid: str, bids: Sequence[PricedCandidate]
+    ) -> None:
+        if bids:
+            return
+        if claim.reply.done():
+            self._give_back_if_won(claim, tid)
+        else:
+            claim.reply.add_done_callback(lambda _: self._give_back_if_won(claim, tid))
+
+    def _give_back_if_won(self, claim: EarlyClaim, tid: str) -> None:
+        reply = claim.reply
+        if reply.cancelled() or reply.exception() is not None or not won(reply.result()):
+            return
+        # Past half the window the key may have expired and been claimed by another
+        # copy: it is left to expire rather than risk deleting that copy's claim.
+        if self._clock.monotonic() - claim.sent_at < self._dedup.claims.window_s / 2:
+            GIVEN_BACK.inc()
+            self._dedup.claims.give_back(tid)

@@ -22,6 +22,7 @@ uvloop alike).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -40,6 +41,19 @@ StageResult = NoBid | None
 class PricedCandidate:
     candidate: Candidate
     price_cpm_micros: int
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyClaim:
+    """The auction's claim, sent before the cap check (stage 7a,
+    ``bidder.pipeline.auction_claims``): its reply comes while the request is checked
+    and scored."""
+
+    reply: asyncio.Future[Any]
+    sent_at: float
+    """Monotonic time it was sent."""
+    fair_chance: bool
+    """It was sent with at least the claim budget to go (a timeout then fails open)."""
 
 
 @dataclass(slots=True)
@@ -69,6 +83,8 @@ class Context:
     held: bool = False
     """Stage 8b held the claim back for a better-placed copy
     (``bidder.pipeline.auction_claims``)."""
+    claim: EarlyClaim | None = None
+    """Stage 7a sent the auction's claim; stage 8b reads its reply."""
     finishers: list[Finisher] = field(default_factory=list)
     """Called once with the bids sent (none on a no-bid), e.g. to release fcap slots."""
     times: StageTimes | None = None

@@ -34,7 +34,7 @@ from bidder.decide.eligibility import EligibilityPolicy
 from bidder.decide.identity_graph import IdentityGraph
 from bidder.decide.identity_table import CachedGraph
 from bidder.decide.profile_cache import ProfileCache
-from bidder.pipeline.auction_claims import AuctionClaims, SupplyDedupStage
+from bidder.pipeline.auction_claims import AuctionClaims, EarlyClaimStage, SupplyDedupStage
 from bidder.pipeline.campaign_book import CampaignBook
 from bidder.pipeline.response import NoticeUrls
 from bidder.pipeline.runner import Stage
@@ -211,6 +211,10 @@ def _stages(
 ) -> list[Stage]:
     """The bid path's stages, in hot-path order (the module docstring)."""
     book = inputs.book
+    dedup = None
+    if settings.dedup_window_ms > 0:
+        claims_on = stores.pipelined or stores.valkey
+        dedup = _dedup_stage(settings, claims_on, inputs.supply, clock)
     stages: list[Stage] = [
         ConsentStage(ConsentPolicy(vendor_id=settings.tcf_vendor_id)),
         EligibilityStage(book, EligibilityPolicy(bid_on_test=settings.bid_on_test)),
@@ -221,12 +225,11 @@ def _stages(
             graph=inputs.identities,
         ),
         PacingStage(pacer),
+        *([EarlyClaimStage(dedup, clock)] if dedup is not None else []),
         FcapStage(stores.capper, book, clock),
         ScoreStage(inputs.pricer, book),
+        *([dedup] if dedup is not None else []),
     ]
-    if settings.dedup_window_ms > 0:
-        claims_on = stores.pipelined or stores.valkey
-        stages.append(_dedup_stage(settings, claims_on, inputs.supply, clock))
     return stages
 
 
@@ -276,7 +279,7 @@ def _dedup_stage(
     supply: SupplyCache,
     clock: Clock,
 ) -> SupplyDedupStage:
-    """Stage 8b: one claim per bidding copy of an auction."""
+    """Stage 8b: one claim per bidding copy of an auction (7a sends it early)."""
     claims = AuctionClaims(valkey, settings.key_namespace, settings.dedup_window_ms)
     hold_s, budget_s = settings.dedup_hold_ms / 1000, settings.dedup_claim_budget_ms / 1000
     return SupplyDedupStage(claims, settings.path_policy, supply, clock, hold_s, budget_s)

@@ -1,5 +1,6 @@
 """bidder.pipeline.auction_claims: the claim on real Valkey (one server, through an auto-pipelined
-connection as a worker does, and a Cluster, through redis-py) and the stage."""
+connection as a worker does, and a Cluster, through redis-py), the stage and the early
+claim."""
 
 from __future__ import annotations
 
@@ -20,17 +21,18 @@ from redis.asyncio import RedisCluster
 from redis.crc import key_slot
 
 from bidder.adapters.valkey import AsyncValkey, connect_async, connect_pipelined
-from bidder.adapters.valkey_pipelined import PipelinedConnection
+from bidder.adapters.valkey_pipelined import PipelinedConnection, pack
 from bidder.core.clock import Clock, ManualClock, SystemClock
 from bidder.core.nobid import NoBid
 from bidder.openrtb.request import parse_bid_request
 from bidder.pipeline.auction_claims import (
     CLAIM_BUDGET_S,
     AuctionClaims,
+    EarlyClaimStage,
     SupplyDedupStage,
     auction_key,
 )
-from bidder.pipeline.runner import Context
+from bidder.pipeline.runner import Context, PricedCandidate
 from bidder.stack.child import free_port, held_port
 from bidder.stack.cluster import LocalValkeyCluster, ValkeyNode
 from bidder.supply.ads_txt import AdsRecord, AdsTxt
@@ -459,3 +461,148 @@ async def test_a_claim_that_timed_out_lands_and_keeps_its_connection(
             assert admin.info("stats")["total_connections_received"] == before
     finally:
         await valkey.aclose()
+
+
+# -- the early claim (stage 7a) --------------------------------------------------------------
+
+
+def given_back() -> float:
+    return sample("bidsim_dedup_claims_given_back_total")
+
+
+async def key_gone(valkey: PipelinedConnection, key: str) -> bool:
+    """Whether ``key`` is gone within a second (the give-back is not awaited by anyone)."""
+    loop = asyncio.get_running_loop()
+    limit = loop.time() + 1.0
+    while loop.time() < limit:
+        if not await valkey.send(pack(b"EXISTS", key)):
+            return True
+        await asyncio.sleep(0.005)
+    return False
+
+
+@pytest.mark.asyncio
+async def test_a_top_ranked_copy_claims_before_the_cap_check_and_8b_reads_the_reply(
+    pipelined: PipelinedConnection, namespace: str
+) -> None:
+    won = claims_count("won")
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
+    early, ctx = EarlyClaimStage(dedup, loop_clock()), context("ssp-a", new_tid())
+    deadline = asyncio.get_running_loop().time() + 1
+    assert early(ctx, deadline) is None
+    assert ctx.claim is not None
+    await ctx.claim.reply  # in Valkey before stage 8b runs
+    holder = await pipelined.send(pack(b"GET", auction_key(namespace, ctx.request.tid or "")))
+    assert holder == b"ssp-a"
+    assert await decide(dedup, ctx, deadline) is None
+    assert claims_count("won") == won + 1
+
+
+@pytest.mark.asyncio
+async def test_an_early_claim_lost_to_another_copy_is_a_duplicate(
+    pipelined: PipelinedConnection, namespace: str
+) -> None:
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
+    early, tid = EarlyClaimStage(dedup, loop_clock()), new_tid()
+    deadline = asyncio.get_running_loop().time() + 1
+    first, second = context("ssp-a", tid), context("ssp-b", tid)
+    early(first, deadline)
+    early(second, deadline)
+    assert await decide(dedup, first, deadline) is None
+    assert await decide(dedup, second, deadline) is NoBid.DUPLICATE_AUCTION
+
+
+@pytest.mark.parametrize("bid", [False, True], ids=["no bid: given back", "bid: kept"])
+@pytest.mark.asyncio
+async def test_a_copy_that_claimed_early_and_did_not_bid_gives_the_claim_back(
+    pipelined: PipelinedConnection, namespace: str, bid: bool
+) -> None:
+    """Claimed early, then capped or under the floor: a worse copy may still bid."""
+    before = given_back()
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
+    early, tid = EarlyClaimStage(dedup, loop_clock()), new_tid()
+    ctx = context("ssp-a", tid)
+    early(ctx, asyncio.get_running_loop().time() + 1)
+    assert ctx.claim is not None
+    await ctx.claim.reply
+    bids = [PricedCandidate(candidate=None, price_cpm_micros=1)] if bid else []  # type: ignore[arg-type]
+    ctx.finish(bids)
+    assert await key_gone(pipelined, auction_key(namespace, tid)) is not bid
+    assert given_back() == before + (not bid)
+    if not bid:  # the worse copy that came after it now bids
+        worse = context("ssp-b", tid, RESOLD)
+        assert await decide(dedup, worse, asyncio.get_running_loop().time() + 1) is None
+
+
+@pytest.mark.asyncio
+async def test_a_copy_whose_early_claim_lost_gives_nothing_back(
+    pipelined: PipelinedConnection, namespace: str
+) -> None:
+    before = given_back()
+    claims = AuctionClaims(pipelined, namespace, WINDOW_MS)
+    dedup = stage(claims, Sleeps(), loop_clock())
+    tid = new_tid()
+    assert await claims.claim(tid, "ssp-b", far())
+    ctx = context("ssp-a", tid)
+    EarlyClaimStage(dedup, loop_clock())(ctx, asyncio.get_running_loop().time() + 1)
+    assert ctx.claim is not None
+    ctx.finish([])  # before the reply: given back once it came, if it had won
+    await ctx.claim.reply
+    await caught_up(pipelined)
+    assert not await key_gone(pipelined, auction_key(namespace, tid))
+    assert given_back() == before
+
+
+@pytest.mark.parametrize(
+    ("ssp", "schain", "way"),
+    [("ssp-a", RESOLD, "pipelined"), ("ssp-a", None, "pipelined"), ("ssp-a", DIRECT, "redis-py")],
+    ids=["resold: holds at 8b", "no chain: holds at 8b", "redis-py (a Cluster's way)"],
+)
+@pytest.mark.asyncio
+async def test_no_early_claim_for_a_copy_that_holds_or_without_the_pipelined_connection(
+    pipelined: PipelinedConnection,
+    client: AsyncValkey,
+    namespace: str,
+    ssp: str,
+    schain: dict[str, Any] | None,
+    way: str,
+) -> None:
+    valkey: PipelinedConnection | AsyncValkey = pipelined if way == "pipelined" else client
+    sleeps = Sleeps()
+    dedup = stage(AuctionClaims(valkey, namespace, WINDOW_MS), sleeps, loop_clock())
+    ctx, deadline = context(ssp, new_tid(), schain), asyncio.get_running_loop().time() + 1
+    EarlyClaimStage(dedup, loop_clock())(ctx, deadline)
+    assert ctx.claim is None
+    assert await decide(dedup, ctx, deadline) is None
+    assert sleeps.held == ([] if schain is DIRECT else [HOLD_S])
+
+
+@pytest.mark.asyncio
+async def test_a_request_without_a_tid_claims_nothing_early(
+    pipelined: PipelinedConnection, namespace: str
+) -> None:
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
+    ctx = context("ssp-a", None)
+    commands = pipelined.commands
+    EarlyClaimStage(dedup, loop_clock())(ctx, asyncio.get_running_loop().time() + 1)
+    assert (ctx.claim, ctx.finishers, pipelined.commands) == (None, [], commands)
+
+
+@pytest.mark.asyncio
+async def test_a_claim_older_than_half_the_window_is_left_to_expire(
+    pipelined: PipelinedConnection, namespace: str
+) -> None:
+    """By then the key may have expired and been claimed by another copy."""
+    before = given_back()
+    clock = ManualClock(start_monotonic=asyncio.get_running_loop().time())
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), clock)
+    tid = new_tid()
+    ctx = context("ssp-a", tid)
+    EarlyClaimStage(dedup, clock)(ctx, clock.monotonic() + 1)
+    assert ctx.claim is not None
+    await ctx.claim.reply
+    clock.advance(WINDOW_MS / 1000 / 2)
+    ctx.finish([])
+    await caught_up(pipelined)
+    assert not await key_gone(pipelined, auction_key(namespace, tid))
+    assert given_back() == before
