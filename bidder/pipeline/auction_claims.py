@@ -16,9 +16,9 @@ that copy bids; a later copy finds the key and answers ``204 duplicate_auction``
   only while the claim is surely still its own, well inside the window). Pure no-bid
   stages all run before 7a, so a request that never reaches the cap check costs no
   round trip.
-- Preferred path: a copy that is not top-ranked (``bidder.supply.path``) waits up to
-  ``hold_s`` before it claims, so a better path arriving within the hold claims
-  first. A top-ranked copy claims at once. A late copy holds at most half the time
+- Preferred path: a copy that is not top-ranked (``bidder.supply.path``) does not
+  claim until ``hold_s`` after its receipt, so a better path arriving within the hold
+  claims first. A top-ranked copy claims at once. A late copy holds at most half the time
   left until ``HOLD_MARGIN_S`` before its deadline; the other half is the claim's.
 - Fail-open: a claim may take until ``CLAIM_MARGIN_S`` before the deadline. When Valkey
   errs, or does not answer by then although the claim started with at least the claim
@@ -206,8 +206,11 @@ class SupplyDedupStage:
             answer, fair_chance = _won(early.reply), early.fair_chance
         else:
             top_ranked = not self.better_path_possible(ctx)
-            remaining = deadline - self._clock.monotonic()
-            wait = hold_s(top_ranked, self._hold_s, remaining, HOLD_MARGIN_S)
+            now = self._clock.monotonic()
+            # The hold runs from the copy's receipt: a better copy that reached us
+            # within it claims first, however long this one took to get here.
+            hold = self._hold_s - (now - ctx.received)
+            wait = hold_s(top_ranked, hold, deadline - now, HOLD_MARGIN_S)
             if wait > 0:
                 HELD.inc()
                 ctx.held = True

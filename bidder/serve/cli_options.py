@@ -128,7 +128,7 @@ def _add_dedup_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument(
         "--dedup-hold-ms", type=float, default=_D.dedup_hold_ms, metavar="MS",
-        help="wait before claiming on a path that is not top-ranked",
+        help="on a path that is not top-ranked, claim no sooner than MS after receipt",
     )  # fmt: skip
     g.add_argument(
         "--dedup-claim-budget-ms", type=float, default=_D.dedup_claim_budget_ms, metavar="MS",

@@ -58,8 +58,13 @@ def claims_count(outcome: str) -> float:
 
 
 def context(
-    ssp: str, tid: str | None, schain: dict[str, Any] | None = DIRECT, domain: str | None = None
+    ssp: str,
+    tid: str | None,
+    schain: dict[str, Any] | None = DIRECT,
+    domain: str | None = None,
+    received: float | None = None,
 ) -> Context:
+    """A copy received at ``received`` (by default now, on the loop's clock)."""
     source: dict[str, Any] = {"schain": schain} if schain else {}
     if tid is not None:
         source["tid"] = tid
@@ -70,7 +75,9 @@ def context(
     }
     if domain is not None:
         doc["site"] = {"domain": domain}
-    return Context(request=parse_bid_request(json.dumps(doc).encode()), ssp=ssp, received=0.0)
+    if received is None:
+        received = asyncio.get_running_loop().time()
+    return Context(request=parse_bid_request(json.dumps(doc).encode()), ssp=ssp, received=received)
 
 
 @pytest_asyncio.fixture
@@ -153,6 +160,12 @@ def stage(
         claim_budget_s,
         sleep=sleeps,
     )
+
+
+def still_clock() -> ManualClock:
+    """A clock standing at the loop's now: a copy received "now" on it has held for no
+    time at all when the stage looks, however slowly this machine gets there."""
+    return ManualClock(start_monotonic=asyncio.get_running_loop().time())
 
 
 def loop_clock() -> SystemClock:
@@ -307,8 +320,10 @@ async def test_only_a_copy_that_is_not_top_ranked_holds_before_claiming(
 ) -> None:
     sleeps = Sleeps()
     claims = AuctionClaims(pipelined, namespace, WINDOW_MS)
-    dedup = stage(claims, sleeps, loop_clock(), PathPolicy(preference))
-    await decide(dedup, context(ssp, new_tid(), schain), asyncio.get_running_loop().time() + 1)
+    clock = still_clock()
+    dedup = stage(claims, sleeps, clock, PathPolicy(preference))
+    ctx = context(ssp, new_tid(), schain, received=clock.monotonic())
+    await decide(dedup, ctx, clock.monotonic() + 1)
     assert sleeps.held == held
 
 
@@ -332,11 +347,10 @@ async def test_a_copy_holds_only_when_a_better_path_can_exist(
     ads = AdsTxt(tuple(AdsRecord(d, "acct", rel) for d, rel in records))
     supply.files = SupplyFiles(sellers={}, ads_txt={"pub.example": ads}, app_ads_txt={})
     policy = PathPolicy(domains={"ssp-b": "b.example", "ssp-c": "c.example"})
-    dedup = stage(
-        AuctionClaims(client, namespace, WINDOW_MS), sleeps, loop_clock(), policy, supply=supply
-    )
-    ctx = context("ssp-b", new_tid(), RESOLD, domain="pub.example")
-    assert await decide(dedup, ctx, asyncio.get_running_loop().time() + 1) is None
+    clock = still_clock()
+    dedup = stage(AuctionClaims(client, namespace, WINDOW_MS), sleeps, clock, policy, supply=supply)
+    ctx = context("ssp-b", new_tid(), RESOLD, domain="pub.example", received=clock.monotonic())
+    assert await decide(dedup, ctx, clock.monotonic() + 1) is None
     assert (sleeps.held, ctx.held) == (held, bool(held))
 
 
@@ -346,21 +360,41 @@ async def test_a_late_copy_holds_only_half_the_time_left(
 ) -> None:
     # A clock that stands still at the loop's now: the time left is exactly 3.5 ms when
     # the stage looks, however slowly this machine gets there.
-    sleeps, clock = Sleeps(), ManualClock(start_monotonic=asyncio.get_running_loop().time())
+    sleeps, clock = Sleeps(), still_clock()
     dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), sleeps, clock)
-    await decide(dedup, context("ssp-a", new_tid(), None), clock.monotonic() + 0.0035)
+    ctx = context("ssp-a", new_tid(), None, received=clock.monotonic())
+    await decide(dedup, ctx, clock.monotonic() + 0.0035)
     # (3.5 ms left - 1.5 ms hold margin) / 2 = 1 ms, under the 3 ms hold.
     assert sleeps.held == [pytest.approx(0.001, abs=1e-9)]
+
+
+@pytest.mark.parametrize(
+    ("age_s", "held"),
+    [(0.001, [pytest.approx(HOLD_S - 0.001, abs=1e-9)]), (HOLD_S + 0.0005, []), (0.010, [])],
+    ids=["received 1 ms ago: holds the rest", "received just over a hold ago", "long ago"],
+)
+@pytest.mark.asyncio
+async def test_the_hold_runs_from_the_copys_receipt(
+    pipelined: PipelinedConnection, namespace: str, age_s: float, held: list[float]
+) -> None:
+    """A better copy that reached us within the hold of this one's receipt claims
+    first; the time this copy took to reach the claim counts towards its hold."""
+    sleeps, clock = Sleeps(), still_clock()
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), sleeps, clock)
+    ctx = context("ssp-a", new_tid(), RESOLD, received=clock.monotonic() - age_s)
+    assert await decide(dedup, ctx, clock.monotonic() + 1) is None
+    assert (sleeps.held, ctx.held) == (held, bool(held))
 
 
 @pytest.mark.asyncio
 async def test_a_better_copy_arriving_during_a_hold_gets_the_bid(
     pipelined: PipelinedConnection, namespace: str
 ) -> None:
-    sleeps = Sleeps(gate=asyncio.Event())
-    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), sleeps, loop_clock())
-    tid, deadline = new_tid(), asyncio.get_running_loop().time() + 1
-    resold = asyncio.ensure_future(decide(dedup, context("ssp-a", tid, RESOLD), deadline))
+    sleeps, clock = Sleeps(gate=asyncio.Event()), still_clock()
+    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), sleeps, clock)
+    tid, deadline = new_tid(), clock.monotonic() + 1
+    first = context("ssp-a", tid, RESOLD, received=clock.monotonic())
+    resold = asyncio.ensure_future(decide(dedup, first, deadline))
     await sleeps.holding.wait()  # the resold copy came first and is holding
     direct = await decide(dedup, context("ssp-b", tid, DIRECT), deadline)
     assert sleeps.gate is not None
@@ -568,10 +602,13 @@ async def test_no_early_claim_for_a_copy_that_holds_or_without_the_pipelined_con
     way: str,
 ) -> None:
     valkey: PipelinedConnection | AsyncValkey = pipelined if way == "pipelined" else client
-    sleeps = Sleeps()
-    dedup = stage(AuctionClaims(valkey, namespace, WINDOW_MS), sleeps, loop_clock())
-    ctx, deadline = context(ssp, new_tid(), schain), asyncio.get_running_loop().time() + 1
-    EarlyClaimStage(dedup, loop_clock())(ctx, deadline)
+    sleeps, clock = Sleeps(), still_clock()
+    dedup = stage(AuctionClaims(valkey, namespace, WINDOW_MS), sleeps, clock)
+    ctx, deadline = (
+        context(ssp, new_tid(), schain, received=clock.monotonic()),
+        clock.monotonic() + 1,
+    )
+    EarlyClaimStage(dedup, clock)(ctx, deadline)
     assert ctx.claim is None
     assert await decide(dedup, ctx, deadline) is None
     assert sleeps.held == ([] if schain is DIRECT else [HOLD_S])
