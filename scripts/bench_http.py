@@ -9,7 +9,7 @@ the same run by the same clients, rounds alternating between the servers:
 - ``bidder_<N>w`` with ``--workers N``: the same with N workers;
 - ``before`` with ``--before DIR``: the bidder of another checkout (e.g. a git worktree
   of an earlier commit, with its own ``.venv``), so a change's before and after come
-  from one run.
+  from one run; it is driven at the connection count chosen for ``bidder``.
 
 Figures, each a median over ``--rounds`` (the last line printed is one JSON object):
 
@@ -273,10 +273,14 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             servers = [await stack.enter_async_context(echo_server())]
             for name, (tree, workers) in bidders.items():
                 servers.append(await stack.enter_async_context(bidder_server(name, tree, workers)))
+            # The before is driven at the bidder's count: a change is compared at one load.
             connections = {
                 s.name: await asyncio.to_thread(busiest, s, script, PROBE_S, args.connections)
                 for s in servers
+                if s.name != "before"
             }
+            if "before" in bidders:
+                connections["before"] = connections["bidder"]
             for server in servers:
                 await asyncio.to_thread(
                     saturate, server, script, SETTLE_S, connections[server.name]
