@@ -182,6 +182,10 @@ class SupplyDedupStage:
     def claims(self) -> AuctionClaims:
         return self._claims
 
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
     def better_path_possible(self, ctx: Context) -> bool:
         """A copy through another SSP could rank strictly better than this one."""
         request = ctx.request
@@ -240,9 +244,9 @@ class EarlyClaimStage:
     """Stage 7a, before the cap check: a top-ranked copy sends its claim now, and stage
     8b (``dedup``) reads the reply (module docstring). Always pure: it never says no."""
 
-    def __init__(self, dedup: SupplyDedupStage, clock: Clock) -> None:
+    def __init__(self, dedup: SupplyDedupStage) -> None:
         self._dedup = dedup
-        self._clock = clock
+        self._clock = dedup.clock
 
     def __call__(self, ctx: Context, deadline: float) -> StageResult:
         tid = auction_id(ctx.request.tid)

@@ -211,10 +211,6 @@ def _stages(
 ) -> list[Stage]:
     """The bid path's stages, in hot-path order (the module docstring)."""
     book = inputs.book
-    dedup = None
-    if settings.dedup_window_ms > 0:
-        claims_on = stores.pipelined or stores.valkey
-        dedup = _dedup_stage(settings, claims_on, inputs.supply, clock)
     stages: list[Stage] = [
         ConsentStage(ConsentPolicy(vendor_id=settings.tcf_vendor_id)),
         EligibilityStage(book, EligibilityPolicy(bid_on_test=settings.bid_on_test)),
@@ -225,12 +221,14 @@ def _stages(
             graph=inputs.identities,
         ),
         PacingStage(pacer),
-        *([EarlyClaimStage(dedup, clock)] if dedup is not None else []),
-        FcapStage(stores.capper, book, clock),
-        ScoreStage(inputs.pricer, book),
-        *([dedup] if dedup is not None else []),
     ]
-    return stages
+    checked: list[Stage] = [FcapStage(stores.capper, book, clock), ScoreStage(inputs.pricer, book)]
+    if settings.dedup_window_ms <= 0:
+        return stages + checked
+    dedup = _dedup_stage(settings, stores.pipelined or stores.valkey, inputs.supply, clock)
+    # A Cluster's client sends only from a task, so there every claim is made at 8b.
+    early: list[Stage] = [EarlyClaimStage(dedup)] if stores.pipelined is not None else []
+    return stages + early + checked + [dedup]
 
 
 @dataclass(frozen=True, slots=True)

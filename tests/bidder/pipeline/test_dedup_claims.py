@@ -94,6 +94,12 @@ async def pipelined(valkey_url: str) -> AsyncIterator[PipelinedConnection]:
     await connection.aclose()
 
 
+@pytest.fixture
+def dedup(pipelined: PipelinedConnection, namespace: str) -> SupplyDedupStage:
+    """Stage 8b on one server, on the loop's clock, recording its holds nowhere."""
+    return stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
+
+
 async def connected(url: str) -> PipelinedConnection:
     connection = connect_pipelined(url, connect_timeout_s=2.0)
     await connection.connect()
@@ -277,21 +283,17 @@ async def test_a_cluster_slot_without_a_node_fails_open_and_is_counted(
 
 
 @pytest.mark.asyncio
-async def test_a_request_without_a_tid_bids_without_a_round_trip(
-    pipelined: PipelinedConnection, namespace: str
-) -> None:
+async def test_a_request_without_a_tid_bids_without_a_round_trip(dedup: SupplyDedupStage) -> None:
     before = claims_count("no_tid")
-    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
     assert dedup(context("ssp-a", None), asyncio.get_running_loop().time() + 1) is None
     assert claims_count("no_tid") == before + 1
 
 
 @pytest.mark.asyncio
 async def test_the_first_bidding_copy_bids_and_a_later_one_is_a_duplicate(
-    pipelined: PipelinedConnection, namespace: str
+    dedup: SupplyDedupStage,
 ) -> None:
     won, duplicate = claims_count("won"), claims_count("duplicate")
-    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
     tid, deadline = new_tid(), asyncio.get_running_loop().time() + 1
     assert await decide(dedup, context("ssp-a", tid), deadline) is None
     assert await decide(dedup, context("ssp-b", tid), deadline) is NoBid.DUPLICATE_AUCTION
@@ -512,11 +514,10 @@ async def key_exists(valkey: PipelinedConnection, key: str) -> bool:
 
 @pytest.mark.asyncio
 async def test_a_top_ranked_copy_claims_before_the_cap_check_and_8b_reads_the_reply(
-    pipelined: PipelinedConnection, namespace: str
+    pipelined: PipelinedConnection, dedup: SupplyDedupStage, namespace: str
 ) -> None:
     won = claims_count("won")
-    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
-    early, ctx = EarlyClaimStage(dedup, loop_clock()), context("ssp-a", new_tid())
+    early, ctx = EarlyClaimStage(dedup), context("ssp-a", new_tid())
     deadline = asyncio.get_running_loop().time() + 1
     assert early(ctx, deadline) is None
     assert ctx.claim is not None
@@ -528,11 +529,8 @@ async def test_a_top_ranked_copy_claims_before_the_cap_check_and_8b_reads_the_re
 
 
 @pytest.mark.asyncio
-async def test_an_early_claim_lost_to_another_copy_is_a_duplicate(
-    pipelined: PipelinedConnection, namespace: str
-) -> None:
-    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
-    early, tid = EarlyClaimStage(dedup, loop_clock()), new_tid()
+async def test_an_early_claim_lost_to_another_copy_is_a_duplicate(dedup: SupplyDedupStage) -> None:
+    early, tid = EarlyClaimStage(dedup), new_tid()
     deadline = asyncio.get_running_loop().time() + 1
     first, second = context("ssp-a", tid), context("ssp-b", tid)
     early(first, deadline)
@@ -544,12 +542,11 @@ async def test_an_early_claim_lost_to_another_copy_is_a_duplicate(
 @pytest.mark.parametrize("bid", [False, True], ids=["no bid: given back", "bid: kept"])
 @pytest.mark.asyncio
 async def test_a_copy_that_claimed_early_and_did_not_bid_gives_the_claim_back(
-    pipelined: PipelinedConnection, namespace: str, bid: bool
+    pipelined: PipelinedConnection, dedup: SupplyDedupStage, namespace: str, bid: bool
 ) -> None:
     """Claimed early, then capped or under the floor: a worse copy may still bid."""
     before = given_back()
-    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
-    early, tid = EarlyClaimStage(dedup, loop_clock()), new_tid()
+    early, tid = EarlyClaimStage(dedup), new_tid()
     ctx = context("ssp-a", tid)
     early(ctx, asyncio.get_running_loop().time() + 1)
     assert ctx.claim is not None
@@ -573,7 +570,7 @@ async def test_a_copy_whose_early_claim_lost_gives_nothing_back(
     tid = new_tid()
     assert await claims.claim(tid, "ssp-b", far())
     ctx = context("ssp-a", tid)
-    EarlyClaimStage(dedup, loop_clock())(ctx, asyncio.get_running_loop().time() + 1)
+    EarlyClaimStage(dedup)(ctx, asyncio.get_running_loop().time() + 1)
     assert ctx.claim is not None
     ctx.finish([])  # before the reply: given back once it came, if it had won
     await ctx.claim.reply
@@ -602,7 +599,7 @@ async def test_no_early_claim_for_a_copy_that_holds_or_without_the_pipelined_con
         context(ssp, new_tid(), schain, received=clock.monotonic()),
         clock.monotonic() + 1,
     )
-    EarlyClaimStage(dedup, clock)(ctx, deadline)
+    EarlyClaimStage(dedup)(ctx, deadline)
     assert ctx.claim is None
     assert await decide(dedup, ctx, deadline) is None
     assert sleeps.held == ([] if schain is DIRECT else [HOLD_S])
@@ -610,12 +607,11 @@ async def test_no_early_claim_for_a_copy_that_holds_or_without_the_pipelined_con
 
 @pytest.mark.asyncio
 async def test_a_request_without_a_tid_claims_nothing_early(
-    pipelined: PipelinedConnection, namespace: str
+    pipelined: PipelinedConnection, dedup: SupplyDedupStage
 ) -> None:
-    dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), loop_clock())
     ctx = context("ssp-a", None)
     commands = pipelined.commands
-    EarlyClaimStage(dedup, loop_clock())(ctx, asyncio.get_running_loop().time() + 1)
+    EarlyClaimStage(dedup)(ctx, asyncio.get_running_loop().time() + 1)
     assert (ctx.claim, ctx.finishers, pipelined.commands) == (None, [], commands)
 
 
@@ -629,7 +625,7 @@ async def test_a_claim_older_than_half_the_window_is_left_to_expire(
     dedup = stage(AuctionClaims(pipelined, namespace, WINDOW_MS), Sleeps(), clock)
     tid = new_tid()
     ctx = context("ssp-a", tid)
-    EarlyClaimStage(dedup, clock)(ctx, clock.monotonic() + 1)
+    EarlyClaimStage(dedup)(ctx, clock.monotonic() + 1)
     assert ctx.claim is not None
     await ctx.claim.reply
     clock.advance(WINDOW_MS / 1000 / 2)
