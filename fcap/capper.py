@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from bidder.core.clock import Clock
 from fcap import metrics
 from fcap.cache import CountCache, NegativeCache
+from fcap.check_read import Reservation, SentCheck
 from fcap.counted import CountedCopy, bit_of, day_of
 from fcap.rules import Subject
-from fcap.store import CountOutcome, FcapStore, FcapUnavailable, Reservation
+from fcap.store import CountOutcome, FcapStore, FcapUnavailable
 
 COUNTED_REFRESH_S = 5.0
 """How often a worker reads the counted bitmap: a copy stands in for reads only while
@@ -70,6 +71,21 @@ class Verdict:
         )  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class PendingCheck:
+    """A check whose read is on its way (``FrequencyCapper.begin``)."""
+
+    sent: SentCheck
+    ask: list[Subject]
+    """The subjects read."""
+    cached: set[Subject]
+    """Capped by the caches already."""
+    passed: dict[Subject, Hashable]
+    """Allowed on a count-cache entry already, by key."""
+    user_key: str | None
+    household_key: str | None
+
+
 class FrequencyCapper:
     """``cache`` remembers who is capped until when; ``fresh`` remembers, for subjects of
     a class that tolerates stale counts, who was read under their caps, until when that
@@ -106,6 +122,19 @@ class FrequencyCapper:
         deadline: float,
     ) -> Verdict:
         """At most one round trip (two concurrent calls when households are capped too)."""
+        begun = self.begin(subjects, user_key, household_key, now_ms, deadline)
+        return begun if isinstance(begun, Verdict) else await self.finish(begun)
+
+    def begin(
+        self,
+        subjects: Sequence[Subject],
+        user_key: str | None,
+        household_key: str | None,
+        now_ms: int,
+        deadline: float,
+    ) -> Verdict | PendingCheck:
+        """``check``'s first half, which never waits: the verdict when the caches answer
+        for every subject, else the read sent (``FcapStore.begin``) for ``finish``."""
         cached: set[Subject] = set()
         spent: set[Subject] = set()
         ask: list[Subject] = []
@@ -137,8 +166,14 @@ class FrequencyCapper:
         metrics.CHECKS.inc()
         for subject in ask:
             metrics.READS_BY_CLASS[subject.cap_class].inc()
+        sent = self.store.begin(ask, user_key, household_key, now_ms, deadline)
+        return PendingCheck(sent, ask, cached, passed, user_key, household_key)
+
+    async def finish(self, pending: PendingCheck) -> Verdict:
+        """The verdict of a check ``begin`` left to the store."""
+        ask, cached, passed = pending.ask, pending.cached, pending.passed
         try:
-            result = await self.store.check(ask, user_key, household_key, now_ms, deadline)
+            result = await self.store.finish(pending.sent)
         except FcapUnavailable:
             metrics.CHECK_ERRORS.inc()
             closed = frozenset(s for s in ask if s.fail_closed)
@@ -147,6 +182,8 @@ class FrequencyCapper:
                 frozenset(cached), closed, store_error=True, unchecked=unchecked,
                 on_count_cache=passed,
             )  # fmt: skip
+        user_key, household_key = pending.user_key, pending.household_key
+        now_ms = pending.sent.now_ms
         for subject, until in result.capped.items():
             self.cache.put((user_key, household_key, subject.cache_id), until)
         metrics.CAPPED_BY_STORE.inc(len(result.capped))

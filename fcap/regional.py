@@ -28,8 +28,9 @@ from typing import Any
 from redis.asyncio import Redis
 
 from fcap import keys, regions, scripts
+from fcap.check_read import Reservation
 from fcap.plan import Period
-from fcap.store import CHECK_TIMEOUT_S, MAX_PLANS, WRITE_TIMEOUT_S, FcapStore, Reservation
+from fcap.store import CHECK_TIMEOUT_S, MAX_PLANS, WRITE_TIMEOUT_S, FcapStore
 
 
 class RegionalFcapStore(FcapStore):

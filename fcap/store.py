@@ -2,8 +2,8 @@
 ``FcapUnavailable``.
 
 A check sends, per side, one command built from a cached plan (``fcap.plan``):
-check.lua when a candidate reserves at bid, else a plain HMGET; the decision is made
-here from the values read.
+check.lua when a candidate reserves at bid, else a plain HMGET; the commands and the
+decision made from the values read are ``fcap.check_read``.
 
 Works with ``redis.asyncio.Redis`` and ``redis.asyncio.RedisCluster`` alike: every
 call touches the keys of one hash tag. A user's counters and a household's are two
@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import enum
 from collections.abc import Coroutine, Sequence, Set
-from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
@@ -48,7 +47,8 @@ from bidder.adapters.valkey_pipelined import PipelinedConnection, forget
 from bidder.adapters.valkey_wait import Waiter
 from bidder.core.tasks import TaskSet
 from fcap import counted, keys, scripts
-from fcap.plan import RESERVED, Period, Plan, SidePlan, build_plan, decide, room
+from fcap.check_read import CheckResult, Reservation, SentCheck, command, decided
+from fcap.plan import Period, Plan, build_plan
 from fcap.rules import Subject, rules_argv
 
 CHECK_TIMEOUT_S = 0.004
@@ -69,29 +69,6 @@ class CountOutcome(enum.Enum):
     """So late that no check will read its buckets again; nothing changed."""
     NOT_COUNTED = "not_counted"
     """Nothing to count: no caps, another event counts it, or no user/household key."""
-
-
-@dataclass(slots=True)
-class Reservation:
-    """A slot taken by a reserve-at-bid check; release it if the bid is not won."""
-
-    subject: Subject
-    at_ms: int
-    sides: tuple[tuple[str, str], ...]
-    """(keys.USER or keys.HOUSEHOLD, user or household key) of each side reserved."""
-    released: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class CheckResult:
-    capped: dict[Subject, int]
-    """Capped subjects and the instant (caller ms) until which each stays capped."""
-    unknown: frozenset[Subject]
-    """Subjects with caps on a side whose key the request lacks (no user/household key)."""
-    reservations: dict[Subject, Reservation] = field(default_factory=dict)
-    room: dict[Subject, int] = field(default_factory=dict)
-    """Subjects of classes that tolerate stale counts (``fcap.plan.room``): how many
-    more impressions their caps allowed, by this read."""
 
 
 def connect(
@@ -160,23 +137,51 @@ class FcapStore:
         ``deadline`` is absolute on the loop's clock; the call also stops after
         ``check_timeout_s``. Raises FcapUnavailable.
         """
+        return await self.finish(self.begin(subjects, user_key, household_key, now_ms, deadline))
+
+    def begin(
+        self,
+        subjects: Sequence[Subject],
+        user_key: str | None,
+        household_key: str | None,
+        now_ms: int,
+        deadline: float,
+    ) -> SentCheck:
+        """``check``'s first half, which never waits: on the auto-pipelined connection
+        every side's command is sent now, in the caller's loop iteration, so the round
+        trip runs while the caller goes on. ``finish`` gives the result."""
         plan = self._plan(subjects, user_key, household_key)
-        if not plan.sides:
-            return CheckResult({}, plan.unknown)
         limit = min(deadline, asyncio.get_running_loop().time() + self.check_timeout_s)
+        if not plan.sides:
+            return SentCheck(plan, [], [], now_ms, limit, result=CheckResult({}, plan.unknown))
         keyed = [user_key if side.kind == keys.USER else household_key for side in plan.sides]
         periods = [side.at(now_ms) for side in plan.sides]
-        if self.pipelined is not None:
-            answers = await self._read_pipelined(
-                self.pipelined, plan.sides, keyed, periods, now_ms, limit
-            )
+        pipelined = self.pipelined
+        if pipelined is None:
+            return SentCheck(plan, keyed, periods, now_ms, limit)
+        commands = [
+            command(side.kind, key, period, now_ms)
+            for side, key, period in zip(plan.sides, keyed, periods, strict=True)
+        ]
+        replies = [pipelined.send(c, limit) for c in commands]
+        return SentCheck(plan, keyed, periods, now_ms, limit, commands, replies)
+
+    async def finish(self, sent: SentCheck) -> CheckResult:
+        """The result of a check ``begin`` started. Raises FcapUnavailable."""
+        if sent.result is not None:
+            return sent.result
+        if sent.commands is not None and self.pipelined is not None:
+            answers = await self._settle_all(self.pipelined, sent)
         else:
             calls = [
-                self._read(side.kind, key, period, now_ms)
-                for side, key, period in zip(plan.sides, keyed, periods, strict=True)
+                self._read(side.kind, key, period, sent.now_ms)
+                for side, key, period in zip(sent.plan.sides, sent.keyed, sent.periods, strict=True)
             ]
-            answers = await self._run(calls, limit)
-        return self._result(plan, keyed, periods, answers, now_ms)
+            answers = await self._run(calls, sent.limit)
+        result, given_back = decided(sent, answers)
+        for reservation in given_back:
+            self._background.spawn(_quietly(self.release(reservation)))
+        return result
 
     async def count(
         self,
@@ -284,31 +289,18 @@ class FcapStore:
         # when built with replica reads: ``fcap.connect``).
         return await self.client.execute_command("HMGET", hash_key, *period.fields)
 
-    async def _read_pipelined(
-        self,
-        pipelined: PipelinedConnection,
-        sides: Sequence[SidePlan],
-        keyed: list[str | None],
-        periods: list[Period],
-        now_ms: int,
-        until: float,
-    ) -> list[Any]:
-        """``_read`` of every side through ``pipelined``: all sent in this loop
-        iteration (one write, one round trip), then awaited in order."""
-        commands = [
-            _command(side.kind, key, period, now_ms)
-            for side, key, period in zip(sides, keyed, periods, strict=True)
-        ]
-        sent = [pipelined.send(command, until) for command in commands]
+    async def _settle_all(self, pipelined: PipelinedConnection, sent: SentCheck) -> list[Any]:
+        """The replies to a check's commands, in order."""
+        assert sent.commands is not None
         try:
             return [
-                await self._settle(pipelined, reply, command, until)
-                for reply, command in zip(sent, commands, strict=True)
+                await self._settle(pipelined, reply, command, sent.limit)
+                for reply, command in zip(sent.replies, sent.commands, strict=True)
             ]
         except VALKEY_FAILURES as exc:
             raise FcapUnavailable(f"frequency counters unavailable: {exc!r}") from exc
         finally:
-            forget(sent)
+            forget(sent.replies)
 
     async def _settle(
         self,
@@ -325,35 +317,6 @@ class FcapStore:
             await scripts.CHECK.reload(pipelined, until, self._loading)
             return await pipelined.send(command, until)
 
-    def _result(
-        self,
-        plan: Plan,
-        keyed: list[str | None],
-        periods: list[Period],
-        answers: list[Any],
-        now_ms: int,
-    ) -> CheckResult:
-        capped: dict[Subject, int] = {}
-        taken: dict[Subject, list[tuple[str, str]]] = {}
-        rooms: dict[Subject, int] = {}
-        for side, key, period, answer in zip(plan.sides, keyed, periods, answers, strict=True):
-            for subject, until in decide(period, answer, now_ms):
-                if until == RESERVED:
-                    if key:
-                        taken.setdefault(subject, []).append((side.kind, key))
-                else:
-                    capped[subject] = max(until, capped.get(subject, 0))
-            if period.stale:
-                for subject, left in room(period, answer).items():
-                    rooms[subject] = min(left, rooms.get(subject, left))
-        if not taken:
-            return CheckResult(capped, plan.unknown, room=rooms)
-        reservations = {s: Reservation(s, now_ms, tuple(sides_)) for s, sides_ in taken.items()}
-        for subject in [s for s in reservations if s in capped]:
-            # Reserved on one side, capped on the other: give the slot back.
-            self._background.spawn(_quietly(self.release(reservations.pop(subject))))
-        return CheckResult(capped, plan.unknown, reservations, rooms)
-
     async def _command(self, *args: str | int) -> Any:
         return await self.client.execute_command(*args)
 
@@ -368,18 +331,6 @@ class FcapStore:
             return await self._waiter.gather(calls, limit)
         except VALKEY_FAILURES as exc:
             raise FcapUnavailable(f"frequency counters unavailable: {exc!r}") from exc
-
-
-def _command(kind: str, key: str | None, period: Period, now_ms: int) -> bytes:
-    """``FcapStore._read``'s command, encoded: EVALSHA check.lua, or HMGET with the
-    plan's pre-encoded field names after a header built here."""
-    hash_key = keys.counters(kind, key or "")
-    if period.requests:
-        return scripts.CHECK.evalsha((hash_key,), (now_ms, period.requests, *period.fields))
-    name = hash_key.encode()
-    return b"*%d\r\n$5\r\nHMGET\r\n$%d\r\n%s\r\n%s" % (
-        len(period.fields) + 2, len(name), name, period.packed
-    )  # fmt: skip
 
 
 def _combine(codes: list[int]) -> CountOutcome:

@@ -19,7 +19,7 @@ from bidder.pipeline.cap_keys import cap_groups
 from bidder.pipeline.runner import Context, PricedCandidate, StageResult
 from bidder.supply.files import SupplyCache
 from bidder.supply.schain import apply_policy, verify
-from fcap import FrequencyCapper, Subject, Verdict
+from fcap import FrequencyCapper, PendingCheck, Subject, Verdict
 from fcap.metrics import FALLBACK_CHECKS
 from models.scorer import ScoringError
 from models.serving import Pricer
@@ -136,8 +136,10 @@ class PacingStage:
 class FcapStage:
     """Stage 7: one Valkey round trip checks every candidate's caps (module ``fcap``).
 
-    Candidates without caps cost nothing: when none has one, the stage stays pure and
-    the pipeline arms no timer. Reserve-at-bid slots that do not become a bid are
+    When no candidate has caps, or the worker's caches answer for all of them, the
+    stage stays pure and the pipeline arms no timer. Otherwise the read is sent from
+    the stage itself, before the request's task exists (``FrequencyCapper.begin``),
+    and only its reply is awaited. Reserve-at-bid slots that do not become a bid are
     released in the background once the answer is known (``Context.finish``).
     """
 
@@ -157,18 +159,26 @@ class FcapStage:
         pairs = [(c, subjects[c.campaign.id, c.creative.id]) for c in ctx.candidates]
         if not any(subject.has_caps for _, subject in pairs):
             return None
-        return self._check(ctx, pairs, deadline)
-
-    async def _check(
-        self, ctx: Context, pairs: list[tuple[Candidate, Subject]], deadline: float
-    ) -> NoBid | None:
         unique = list(dict.fromkeys(subject for _, subject in pairs))
         if self._book.fallback_caps and (ctx.user_key is None or ctx.low_confidence):
-            verdict = await self._check_with_fallback(ctx, unique, deadline)
-        else:
-            verdict = await self._capper.check(
-                unique, ctx.user_key, ctx.household_key, self._clock.wall_ms(), deadline
-            )
+            return self._check_with_fallback(ctx, pairs, unique, deadline)
+        # The read is sent here, before the request's task exists: its round trip runs
+        # while the loop gets round to the task.
+        begun = self._capper.begin(
+            unique, ctx.user_key, ctx.household_key, self._clock.wall_ms(), deadline
+        )
+        if isinstance(begun, Verdict):  # the caches answered: no read, no task
+            return self._apply(ctx, pairs, begun)
+        return self._finish(ctx, pairs, begun)
+
+    async def _finish(
+        self, ctx: Context, pairs: list[tuple[Candidate, Subject]], pending: PendingCheck
+    ) -> NoBid | None:
+        return self._apply(ctx, pairs, await self._capper.finish(pending))
+
+    def _apply(
+        self, ctx: Context, pairs: list[tuple[Candidate, Subject]], verdict: Verdict
+    ) -> NoBid | None:
         if verdict.reservations:
             ctx.finishers.append(lambda bids: self._release_unbid(verdict, bids))
         if verdict.on_count_cache:
@@ -186,22 +196,27 @@ class FcapStage:
         return NoBid.CAPPED if verdict.capped else NoBid.FCAP_UNAVAILABLE
 
     async def _check_with_fallback(
-        self, ctx: Context, subjects: list[Subject], deadline: float
-    ) -> Verdict:
+        self,
+        ctx: Context,
+        pairs: list[tuple[Candidate, Subject]],
+        subjects: list[Subject],
+        deadline: float,
+    ) -> NoBid | None:
         """Campaigns with a fallback policy check (and their bids count) their user caps
         under the fallback key; without consent to personalize no key of any kind is
         formed, so none is derived here either."""
+        capper, now_ms = self._capper, self._clock.wall_ms()
         if not ctx.personalize:
-            return await self._capper.check(subjects, None, None, self._clock.wall_ms(), deadline)
+            verdict = await capper.check(subjects, None, None, now_ms, deadline)
+            return self._apply(ctx, pairs, verdict)
         groups, used = cap_groups(subjects, ctx.user_key, ctx.household_key, ctx.request)
         if used:
             ctx.fallback_keys = used
             for subject in subjects:
                 if (subject.campaign_id, subject.creative_id) in used:
                     FALLBACK_CHECKS[subject.fallback].inc()
-        return await self._capper.check_keyed(
-            groups, ctx.household_key, self._clock.wall_ms(), deadline
-        )
+        verdict = await capper.check_keyed(groups, ctx.household_key, now_ms, deadline)
+        return self._apply(ctx, pairs, verdict)
 
     def _bid_on_count_cache(self, verdict: Verdict, bids: Sequence[PricedCandidate]) -> None:
         bid = {(b.candidate.campaign.id, b.candidate.creative.id) for b in bids}

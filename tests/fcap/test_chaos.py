@@ -22,8 +22,9 @@ from bidder.core.campaigns import CapPolicy
 from bidder.stack.cluster import ValkeyNode
 from bidder.stack.local import LocalStack
 from fcap.capper import FrequencyCapper
+from fcap.check_read import CheckResult
 from fcap.rules import Subject
-from fcap.store import CheckResult, CountOutcome, FcapStore, FcapUnavailable, connect
+from fcap.store import CountOutcome, FcapStore, FcapUnavailable, connect
 from tests.fcap.support import DAY_S, T0, cap, far_deadline, new_user, one_subject
 from tests.processes import gone, wait_until
 from tests.valkey_replies import caught_up
