@@ -34,7 +34,7 @@ from pathlib import Path
 
 async def main(starts, workers):
     sys.path.insert(0, sys.argv[3])
-    from bench_http import tree_cpu_s
+    from bench_http_servers import tree_cpu_s
     from bidder.chaos.harness import chaos_settings
     from bidder.serve.server import running_bidder
     from bidder.stack.local import LocalStack
