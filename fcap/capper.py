@@ -71,7 +71,8 @@ class Verdict:
         )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, as ``fcap.check_read.SentCheck``: one is made for every cap read.
+@dataclass(slots=True)
 class PendingCheck:
     """A check whose read is on its way (``FrequencyCapper.begin``)."""
 
