@@ -209,7 +209,9 @@ class SupplyDedupStage:
         if early is not None:
             answer, fair_chance = _won(early.reply), early.fair_chance
         else:
-            top_ranked = not self.better_path_possible(ctx)
+            top_ranked = ctx.top_ranked
+            if top_ranked is None:
+                top_ranked = not self.better_path_possible(ctx)
             now = self._clock.monotonic()
             # The hold runs from the copy's receipt: a better copy that reached us
             # within it claims first, however long this one took to get here.
@@ -250,8 +252,11 @@ class EarlyClaimStage:
 
     def __call__(self, ctx: Context, deadline: float) -> StageResult:
         tid = auction_id(ctx.request.tid)
+        if tid is None:
+            return None
         dedup = self._dedup
-        if tid is None or dedup.better_path_possible(ctx):
+        ctx.top_ranked = not dedup.better_path_possible(ctx)
+        if not ctx.top_ranked:  # it may hold: stage 8b claims
             return None
         limit = deadline - CLAIM_MARGIN_S
         fair_chance = dedup.fair_chance(limit)

@@ -83,6 +83,9 @@ class Context:
     held: bool = False
     """Stage 8b held the claim back for a better-placed copy
     (``bidder.pipeline.auction_claims``)."""
+    top_ranked: bool | None = None
+    """Stage 7a's ranking of this copy's supply path, when it ranked it; 8b ranks it
+    otherwise (``bidder.pipeline.auction_claims``)."""
     claim: EarlyClaim | None = None
     """Stage 7a sent the auction's claim; stage 8b reads its reply."""
     finishers: list[Finisher] = field(default_factory=list)
