@@ -18,7 +18,12 @@ from bidder.decide.identity_table import (
     Entry,
     IdentityTable,
 )
-from bidder.decide.profile_cache import CacheConfig, FillCache, ProfileCache
+from bidder.decide.profile_cache import (
+    PROFILE_BATCH_WINDOW_S,
+    CacheConfig,
+    FillCache,
+    ProfileCache,
+)
 from bidder.decide.profiles import ProfileTable
 from bidder.pipeline.campaign_book import CampaignBook
 from bidder.serve.settings import Settings
@@ -94,7 +99,11 @@ async def keep_model_fresh(pricer: Pricer, interval_s: float) -> None:
 def profile_cache(settings: Settings, endpoint: str, clock: Clock) -> ProfileCache:
     client = aws_client("dynamodb", endpoint, settings.aws_region, quick=True)
     table = ProfileTable(client, settings.profiles_table)
-    config = CacheConfig(ttl_s=settings.profile_ttl_s, capacity=settings.profile_cache_size)
+    config = CacheConfig(
+        ttl_s=settings.profile_ttl_s,
+        capacity=settings.profile_cache_size,
+        batch_window_s=PROFILE_BATCH_WINDOW_S,
+    )
     return ProfileCache(table.get_many, clock, config)
 
 
