@@ -29,7 +29,8 @@ Figures, each a median over ``--rounds`` (the last line printed is one JSON obje
    docs/benchmarks.md) and the client's own CPU µs per request.
 3. demo tail: the bundled sample stream replayed at its recorded pace, as ``make demo``
    does (notices included; the echo's bids carry none); ``demo_tail_ratio`` = corrected
-   p99 bidder / echo, with each server's share of answers within 8 ms.
+   p99 bidder / echo, with each server's share of answers within 8 ms, and beside it
+   each tree's CPU µs per request of the stream (``demo_cost_ratio`` = bidder / echo).
 
 Needs ``wrk`` on PATH (Debian: ``apt-get install wrk``).
 
@@ -139,10 +140,17 @@ async def open_loop(server: Server, rate: float, duration_s: float) -> dict[str,
 
 
 async def demo_tail(server: Server, records: list[StreamRecord]) -> dict[str, float]:
-    """The sample stream at its recorded pace, as ``make demo`` replays it."""
+    """The sample stream at its recorded pace, as ``make demo`` replays it: corrected
+    p99 (ms), share within 8 ms, and the server tree's CPU µs per request."""
+    server_s = tree_cpu_s(server.pid)
     result = await replay(records, f"http://127.0.0.1:{server.port}", ReplayOptions(warmup_s=2))
+    server_s = tree_cpu_s(server.pid) - server_s
     figures = latency_ms(result.corrected)
-    return {"p99_ms": figures["p99"], "within_8ms": result.within_deadline_share}
+    return {
+        "p99_ms": figures["p99"],
+        "within_8ms": result.within_deadline_share,
+        "cpu_us": server_s * 1e6 / max(result.requests + result.warmup_requests, 1),
+    }
 
 
 @contextlib.contextmanager
@@ -225,6 +233,9 @@ def summarize(
             ),
             "demo_p99_ms": round(statistics.median([r["p99_ms"] for r in tail[name]]), 3),
             "demo_within_8ms": round(statistics.median([r["within_8ms"] for r in tail[name]]), 5),
+            "demo_cpu_us_per_request": round(
+                statistics.median([r["cpu_us"] for r in tail[name]]), 1
+            ),
             "rounds_rps": [round(r["rps"]) for r in sat[name]],
             "rounds_cpu_us": [round(r["cpu_us"], 1) for r in sat[name]],
         }
@@ -238,6 +249,9 @@ def summarize(
                 s["cpu_us_per_answer_at_half_rate"] / echo["cpu_us_per_answer_at_half_rate"], 3
             ),
             "demo_tail_ratio": round(s["demo_p99_ms"] / echo["demo_p99_ms"], 3),
+            "demo_cost_ratio": round(
+                s["demo_cpu_us_per_request"] / echo["demo_cpu_us_per_request"], 3
+            ),
         }
         for name, s in servers.items()
         if name != "echo"
