@@ -336,6 +336,7 @@ class FillCache(Generic[V]):
 
 
 ProfileCache = FillCache[Profile]
+"""Stage 5's profile cache."""
 
 PROFILE_BATCH_WINDOW_S = 0.1
 """The profile cache's window. A profile fill serves the user's later requests, seconds
@@ -343,4 +344,3 @@ to minutes apart, so a fill 100 ms after the miss loses next to nothing, while b
 the rate that fills batches the window sets the call rate, and every call costs the
 worker's threads about a millisecond of boto3 CPU under the GIL. The identity cache
 keeps the default: until its fill lands, a request is capped under its own key."""
-"""Stage 5's profile cache."""
