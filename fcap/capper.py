@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from bidder.core.clock import Clock
 from fcap import metrics
 from fcap.cache import CountCache, NegativeCache
-from fcap.check_read import Reservation, SentCheck
+from fcap.check_read import CheckResult, Reservation, SentCheck
 from fcap.counted import CountedCopy, bit_of, day_of
 from fcap.rules import Subject
 from fcap.store import CountOutcome, FcapStore, FcapUnavailable
@@ -85,6 +85,18 @@ class PendingCheck:
     """Allowed on a count-cache entry already, by key."""
     user_key: str | None
     household_key: str | None
+
+
+def _unavailable(pending: PendingCheck) -> Verdict:
+    """The verdict when the store failed: fail-closed subjects unavailable, the rest
+    unchecked (fail-open)."""
+    metrics.CHECK_ERRORS.inc()
+    closed = frozenset(s for s in pending.ask if s.fail_closed)
+    unchecked = frozenset(pending.ask) - closed
+    return Verdict(
+        frozenset(pending.cached), closed, store_error=True, unchecked=unchecked,
+        on_count_cache=pending.passed,
+    )  # fmt: skip
 
 
 class FrequencyCapper:
@@ -172,17 +184,23 @@ class FrequencyCapper:
 
     async def finish(self, pending: PendingCheck) -> Verdict:
         """The verdict of a check ``begin`` left to the store."""
-        ask, cached, passed = pending.ask, pending.cached, pending.passed
         try:
             result = await self.store.finish(pending.sent)
         except FcapUnavailable:
-            metrics.CHECK_ERRORS.inc()
-            closed = frozenset(s for s in ask if s.fail_closed)
-            unchecked = frozenset(ask) - closed
-            return Verdict(
-                frozenset(cached), closed, store_error=True, unchecked=unchecked,
-                on_count_cache=passed,
-            )  # fmt: skip
+            return _unavailable(pending)
+        return self._verdict(pending, result)
+
+    def finish_now(self, pending: PendingCheck) -> Verdict | None:
+        """``finish`` once every reply of the read is in, without awaiting; None when
+        only ``finish`` can conclude (the check script must be loaded again)."""
+        try:
+            result = self.store.finish_now(pending.sent)
+        except FcapUnavailable:
+            return _unavailable(pending)
+        return None if result is None else self._verdict(pending, result)
+
+    def _verdict(self, pending: PendingCheck, result: CheckResult) -> Verdict:
+        cached, passed = pending.cached, pending.passed
         user_key, household_key = pending.user_key, pending.household_key
         now_ms = pending.sent.now_ms
         for subject, until in result.capped.items():

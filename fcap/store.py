@@ -178,6 +178,31 @@ class FcapStore:
                 for side, key, period in zip(sent.plan.sides, sent.keyed, sent.periods, strict=True)
             ]
             answers = await self._run(calls, sent.limit)
+        return self._decided(sent, answers)
+
+    def finish_now(self, sent: SentCheck) -> CheckResult | None:
+        """``finish`` of a check whose replies are all in, without awaiting; None when
+        a reply asks for the check script to be loaded again, which only ``finish``
+        does. Raises FcapUnavailable."""
+        if sent.result is not None:
+            return sent.result
+        answers = []
+        try:
+            for reply in sent.replies:
+                if reply.cancelled():
+                    raise TimeoutError("the read was given up")
+                error = reply.exception()
+                if isinstance(error, NoScriptError):
+                    return None
+                if error is not None:
+                    raise error
+                answers.append(reply.result())
+        except VALKEY_FAILURES as exc:
+            forget(sent.replies)
+            raise FcapUnavailable(f"frequency counters unavailable: {exc!r}") from exc
+        return self._decided(sent, answers)
+
+    def _decided(self, sent: SentCheck, answers: list[Any]) -> CheckResult:
         result, given_back = decided(sent, answers)
         for reservation in given_back:
             self._background.spawn(_quietly(self.release(reservation)))

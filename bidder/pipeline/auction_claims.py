@@ -202,6 +202,12 @@ class SupplyDedupStage:
         if tid is None:
             NO_TID.inc()
             return None
+        early = ctx.claim
+        if early is not None and early.reply.done() and not early.reply.cancelled():
+            # The early claim's reply came with the cap read's, before it: no wait.
+            reply = early.reply
+            error = reply.exception()
+            return _judged(won(reply.result()) if error is None else error, early.fair_chance)
         return self._claim(ctx, tid, deadline)
 
     async def _claim(self, ctx: Context, tid: str, deadline: float) -> NoBid | None:
@@ -226,20 +232,28 @@ class SupplyDedupStage:
             answer = self._claims.claim(tid, ctx.ssp, limit)
         try:
             claimed = await answer
-        except TimeoutError:
-            if not fair_chance:
-                LATE.inc()
-                return NoBid.DEADLINE
-            UNAVAILABLE.inc()
-            return None
-        except VALKEY_FAILURES:
-            UNAVAILABLE.inc()
-            return None
-        if claimed:
-            WON.inc()
-            return None
-        DUPLICATE.inc()
-        return NoBid.DUPLICATE_AUCTION
+        except VALKEY_FAILURES as exc:
+            return _judged(exc, fair_chance)
+        return _judged(claimed, fair_chance)
+
+
+def _judged(claimed: bool | BaseException, fair_chance: bool) -> NoBid | None:
+    """A claim's outcome (module docstring): won or failed open (None, the copy bids),
+    a duplicate, or late. ``claimed`` is the claim's answer or how it failed; a failure
+    other than Valkey's is raised."""
+    if isinstance(claimed, TimeoutError) and not fair_chance:
+        LATE.inc()
+        return NoBid.DEADLINE
+    if isinstance(claimed, VALKEY_FAILURES):
+        UNAVAILABLE.inc()
+        return None
+    if isinstance(claimed, BaseException):
+        raise claimed
+    if claimed:
+        WON.inc()
+        return None
+    DUPLICATE.inc()
+    return NoBid.DUPLICATE_AUCTION
 
 
 class EarlyClaimStage:

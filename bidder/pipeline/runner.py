@@ -10,7 +10,11 @@ in that order, is ``bidder.serve.assemble``.
 Deadline enforcement. A pure stage returns its answer directly; a stage that
 does I/O returns an awaitable, and only then is the request's deadline armed, once,
 around it and every stage after it, so every awaited call is cut off at the deadline
-while the ~97% of requests that never leave memory pay for nothing. The deadlines of
+while the ~97% of requests that never leave memory pay for nothing. A stage whose wait
+ends by the deadline on its own (the cap read: its replies carry their limit, at most
+the deadline, on the connection) returns a future instead, and the stages after it run
+from that future's done-callback with no task and no armed deadline, until one of them
+awaits something else (``run_stages``). The deadlines of
 all requests in flight share one loop timer (``bidder.core.deadlines``), since a loop
 timer of its own costs a request about as much as the eligibility stage. A pure stage
 can't be interrupted; the caller checks the clock once more before a bid goes out.
@@ -25,9 +29,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from bidder.core.deadlines import TaskDeadlines
+from bidder.core.futures import then
 from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import Candidate
 from bidder.openrtb.view import BidRequest
@@ -107,17 +113,31 @@ class Stage(Protocol):
     def __call__(self, ctx: Context, deadline: float) -> StageResult | Awaitable[StageResult]: ...
 
 
+Staged = StageResult | asyncio.Future[StageResult] | Coroutine[Any, Any, StageResult]
+"""What running stages gives: the result, a future of it, or a coroutine of it."""
+
+
 def run_stages(
     stages: Sequence[Stage], ctx: Context, deadline: float, bounds: TaskDeadlines
-) -> StageResult | Coroutine[Any, Any, StageResult]:
+) -> Staged:
     """Run stages in order; the first no-bid reason ends the run.
 
-    When every stage is pure the answer comes back at once (no task, no timer). The
-    first stage that returns an awaitable makes the result a coroutine, which puts the
-    request's deadline in ``bounds`` around it and the stages after it, and raises
-    TimeoutError when a stage is still awaiting at ``deadline``.
+    When every stage is pure the answer comes back at once (no task, no timer). A stage
+    may return a future that ends by the deadline on its own (a Valkey reply, whose
+    limit the connection keeps): the stages after it then run from its done-callback,
+    with no task (``bidder.core.futures``), and the result is a future. Any other
+    awaitable makes the rest a coroutine, which puts the request's deadline in
+    ``bounds`` around it and the stages after it, and raises TimeoutError when a stage
+    is still awaiting at ``deadline``.
     """
-    for n, stage in enumerate(stages):
+    return _run_from(stages, 0, ctx, deadline, bounds)
+
+
+def _run_from(
+    stages: Sequence[Stage], first: int, ctx: Context, deadline: float, bounds: TaskDeadlines
+) -> Staged:
+    for n in range(first, len(stages)):
+        stage = stages[n]
         result = stage(ctx, deadline)
         if result is None:
             if ctx.times is not None:
@@ -127,8 +147,27 @@ def run_stages(
             if ctx.times is not None:
                 ctx.times.mark(type(stage).__name__)
             return result
+        if isinstance(result, asyncio.Future):
+            return then(result, partial(_resume, stages, n, ctx, deadline, bounds))
         return _run_rest_in_time(result, stages[n:], ctx, deadline, bounds)
     return None
+
+
+def _resume(
+    stages: Sequence[Stage],
+    n: int,
+    ctx: Context,
+    deadline: float,
+    bounds: TaskDeadlines,
+    done: asyncio.Future[StageResult],
+) -> Staged:
+    """Stage ``n``'s future is done: its result, or the stages after it."""
+    result = done.result()
+    if ctx.times is not None:
+        ctx.times.mark(type(stages[n]).__name__)
+    if result is not None:
+        return result
+    return _run_from(stages, n + 1, ctx, deadline, bounds)
 
 
 async def _run_rest_in_time(

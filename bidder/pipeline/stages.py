@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+import asyncio
+from collections.abc import Awaitable, Coroutine, Sequence
+from functools import partial
+from typing import Any
 
 from bidder.core.clock import Clock
+from bidder.core.futures import then, when_all
 from bidder.core.ledger import cost_of
 from bidder.core.nobid import NoBid
 from bidder.core.tasks import TaskSet
@@ -138,8 +142,10 @@ class FcapStage:
 
     When no candidate has caps, or the worker's caches answer for all of them, the
     stage stays pure and the pipeline arms no timer. Otherwise the read is sent from
-    the stage itself, before the request's task exists (``FrequencyCapper.begin``),
-    and only its reply is awaited. Reserve-at-bid slots that do not become a bid are
+    the stage call itself (``FrequencyCapper.begin``), and the stage returns a future
+    of its verdict, which the replies' done-callback settles: on one Valkey server the
+    request goes on from there with no task (``run_stages``). A Cluster client reads
+    from a task. Reserve-at-bid slots that do not become a bid are
     released in the background once the answer is known (``Context.finish``).
     """
 
@@ -169,7 +175,24 @@ class FcapStage:
         )
         if isinstance(begun, Verdict):  # the caches answered: no read, no task
             return self._apply(ctx, pairs, begun)
-        return self._finish(ctx, pairs, begun)
+        replies = begun.sent.replies
+        if not replies:  # a Cluster client reads from a task
+            return self._finish(ctx, pairs, begun)
+        # The stages after this one run from the replies' callback: they carry the
+        # read's limit, at most the deadline, so the wait ends by itself.
+        return then(when_all(replies), partial(self._finish_now, ctx, pairs, begun))
+
+    def _finish_now(
+        self,
+        ctx: Context,
+        pairs: list[tuple[Candidate, Subject]],
+        pending: PendingCheck,
+        _: asyncio.Future[Any],
+    ) -> StageResult | Coroutine[Any, Any, StageResult]:
+        verdict = self._capper.finish_now(pending)
+        if verdict is None:  # the check script must be loaded again: that takes a task
+            return self._finish(ctx, pairs, pending)
+        return self._apply(ctx, pairs, verdict)
 
     async def _finish(
         self, ctx: Context, pairs: list[tuple[Candidate, Subject]], pending: PendingCheck

@@ -17,6 +17,7 @@ goes wrong, the answer is a 204 with a typed reason: a remote fault (bad body) i
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import Any
 from bidder.core import metrics
 from bidder.core.clock import Clock
 from bidder.core.deadlines import TaskDeadlines
+from bidder.core.futures import future_of, then
 from bidder.core.nobid import NoBid
 from bidder.core.tokens import TokenSigner
 from bidder.decide.overload import InFlightGate, LagShedder, LoopLag, run_lag_probe
@@ -138,8 +140,8 @@ class BidHandler:
         metrics.LOOP_LAG.set(lateness)
         metrics.SHED_PRESSURE.set(self._shedder.pressure)
 
-    def handle(self, request: Request) -> Response | Awaitable[Response]:
-        """The answer at once when no stage awaits; else an awaitable of it."""
+    def handle(self, request: Request) -> Response | asyncio.Future[Response]:
+        """The answer at once when no stage awaits; else a future of it."""
         now = request.received
         lag = self._lag.current()
         if self._shedder.shed(lag, now):
@@ -163,17 +165,19 @@ class BidHandler:
         if isinstance(decided, Response | NoBid):
             self._gate.leave()
             return self._reply(decided, now, times, trace)
-        return self._reply_later(decided, now, times, trace)
+        # Decided from a reply's callback, or by stages awaiting in a task: the answer
+        # is given from the decision's done-callback either way.
+        return then(future_of(decided), partial(self._reply_when_decided, now, times, trace))
 
-    async def _reply_later(
+    def _reply_when_decided(
         self,
-        deciding: Awaitable[Decision],
         now: float,
         times: StageTimes | None,
         trace: CampaignTrace | None,
+        deciding: asyncio.Future[Decision],
     ) -> Response:
         try:
-            decided = await deciding
+            decided = deciding.result()
         except TimeoutError:
             decided = NoBid.DEADLINE
         except Exception:
@@ -268,13 +272,13 @@ class BidHandler:
             raise
         if staged is None or isinstance(staged, NoBid):
             return self._conclude(ctx, staged, deadline)
-        return self._conclude_later(ctx, staged, deadline)
+        return then(future_of(staged), partial(self._conclude_when_staged, ctx, deadline))
 
-    async def _conclude_later(
-        self, ctx: Context, staging: Awaitable[StageResult], deadline: float
+    def _conclude_when_staged(
+        self, ctx: Context, deadline: float, staging: asyncio.Future[StageResult]
     ) -> Decision:
         try:
-            staged = await staging
+            staged = staging.result()
         except BaseException:  # a timeout, a bug, a cancel: what a stage took is given back
             ctx.finish(())
             raise

@@ -19,6 +19,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, cast
 
 import httptools
@@ -199,9 +200,22 @@ class HttpProtocol(asyncio.Protocol):
             result = text(500, "internal error")
         if isinstance(result, Response):
             self._write(result, request.close)
+            return
+        self._answering = True
+        if isinstance(result, asyncio.Future):  # answered from its done-callback, no task
+            result.add_done_callback(partial(self._answered, request.close))
         else:
-            self._answering = True
             self._server.spawn(self._answer_later(result, request.close))
+
+    def _answered(self, close: bool, done: asyncio.Future[Response]) -> None:
+        if done.cancelled():  # the server is stopping: the connection is aborted
+            return
+        try:
+            response = done.result()
+        except Exception:
+            log.exception("bug answering a request")
+            response = text(500, "internal error")
+        self._deliver(response, close)
 
     async def _answer_later(self, pending: Awaitable[Response], close: bool) -> None:
         try:
@@ -209,6 +223,10 @@ class HttpProtocol(asyncio.Protocol):
         except Exception:
             log.exception("bug answering a request")
             response = text(500, "internal error")
+        self._deliver(response, close)
+
+    def _deliver(self, response: Response, close: bool) -> None:
+        """Write the answer in progress, then answer the requests queued behind it."""
         self._answering = False
         if self._late is not None:
             self._write(response, False)

@@ -32,7 +32,7 @@ from bidder.pipeline.auction_claims import (
     SupplyDedupStage,
     auction_key,
 )
-from bidder.pipeline.runner import Context, PricedCandidate
+from bidder.pipeline.runner import Context, EarlyClaim, PricedCandidate
 from bidder.stack.child import free_port, held_port
 from bidder.stack.cluster import LocalValkeyCluster, ValkeyNode
 from bidder.supply.ads_txt import AdsRecord, AdsTxt
@@ -537,6 +537,47 @@ async def test_an_early_claim_lost_to_another_copy_is_a_duplicate(dedup: SupplyD
     early(second, deadline)
     assert await decide(dedup, first, deadline) is None
     assert await decide(dedup, second, deadline) is NoBid.DUPLICATE_AUCTION
+
+
+@pytest.mark.asyncio
+async def test_8b_answers_at_once_when_the_early_claims_reply_is_in(
+    dedup: SupplyDedupStage,
+) -> None:
+    early, tid = EarlyClaimStage(dedup), new_tid()
+    deadline = asyncio.get_running_loop().time() + 1
+    first, second = context("ssp-a", tid), context("ssp-b", tid)
+    early(first, deadline)
+    early(second, deadline)
+    assert first.claim is not None and second.claim is not None
+    await asyncio.gather(first.claim.reply, second.claim.reply)
+    assert dedup(first, deadline) is None  # an answer, not an awaitable
+    assert dedup(second, deadline) is NoBid.DUPLICATE_AUCTION
+
+
+@pytest.mark.parametrize(
+    ("failure", "fair_chance", "answer", "outcome"),
+    [
+        (ConnectionResetError("reset"), True, None, "unavailable"),
+        (TimeoutError(), True, None, "unavailable"),
+        (TimeoutError(), False, NoBid.DEADLINE, "late"),
+    ],
+    ids=["Valkey failed: bids", "no answer in fair time: bids", "no answer, started late"],
+)
+@pytest.mark.asyncio
+async def test_an_early_claim_that_failed_is_judged_at_once(
+    dedup: SupplyDedupStage,
+    failure: BaseException,
+    fair_chance: bool,
+    answer: NoBid | None,
+    outcome: str,
+) -> None:
+    ctx = context("ssp-a", new_tid())
+    reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    reply.set_exception(failure)
+    ctx.claim = EarlyClaim(reply, 0.0, fair_chance)
+    counted = claims_count(outcome)
+    assert dedup(ctx, asyncio.get_running_loop().time() + 1) is answer
+    assert claims_count(outcome) == counted + 1
 
 
 @pytest.mark.parametrize("bid", [False, True], ids=["no bid: given back", "bid: kept"])

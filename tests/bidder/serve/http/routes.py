@@ -13,11 +13,13 @@ CAP = 1024
 
 
 class App:
-    """Routes that echo what they saw; ``/wait`` answers when ``release`` is set."""
+    """Routes that echo what they saw; ``/wait`` and ``/later`` answer when ``release`` is
+    set."""
 
     def __init__(self) -> None:
         self.seen: list[Request] = []
         self.release = asyncio.Event()
+        self._held: list[asyncio.Future[bool]] = []
 
     def echo(self, request: Request) -> Response:
         self.seen.append(request)
@@ -29,8 +31,23 @@ class App:
         await self.release.wait()
         return Response(200, b"waited")
 
+    def later(self, request: Request) -> asyncio.Future[Response]:
+        """``wait``'s answer as a future settled from a callback, as the bid handler
+        gives one: no task runs it."""
+        self.seen.append(request)
+        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        released = asyncio.ensure_future(self.release.wait())
+        self._held.append(released)
+        released.add_done_callback(lambda _: answer.set_result(Response(200, b"waited")))
+        return answer
+
     def boom(self, request: Request) -> Response:
         raise RuntimeError("a bug")
+
+    def boom_later(self, request: Request) -> asyncio.Future[Response]:
+        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        answer.set_exception(RuntimeError("a bug"))
+        return answer
 
     def late(self, received: float) -> Response:
         return Response(204, headers=b"X-Late: 1\r\n")
@@ -40,7 +57,9 @@ class App:
             ("POST", "/echo"): Route(self.echo),
             ("GET", "/echo"): Route(self.echo),
             ("GET", "/wait"): Route(self.wait),
+            ("GET", "/later"): Route(self.later),
             ("GET", "/boom"): Route(self.boom),
+            ("GET", "/boom-later"): Route(self.boom_later),
             ("POST", "/quick"): Route(self.echo, arrive_within_s=0.05, late=self.late),
         }
         return HttpServer(routes, now=time.monotonic, max_body_bytes=CAP)

@@ -70,14 +70,15 @@ async def test_a_keep_alive_connection_answers_request_after_request(served: Ser
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("path", ["/wait", "/later"])  # a coroutine; a future
 async def test_pipelined_requests_are_answered_in_order_behind_one_that_awaits(
-    served: Served,
+    served: Served, path: str
 ) -> None:
     app, server = served
     async with connect(server) as (reader, writer):
-        writer.write(get("/wait") + post("/echo", b"second") + get("/echo"))
+        writer.write(get(path) + post("/echo", b"second") + get("/echo"))
         await asyncio.sleep(0.05)
-        assert [r.path for r in app.seen] == ["/wait"]  # the rest wait their turn
+        assert [r.path for r in app.seen] == [path]  # the rest wait their turn
         app.release.set()
         answers = [await read_answer(reader) for _ in range(3)]
         assert [body for _, _, body in answers] == [b"waited", b"POST second", b"GET "]
@@ -171,10 +172,11 @@ async def test_unknown_paths_are_404_and_other_methods_405(served: Served) -> No
 
 
 @pytest.mark.asyncio
-async def test_a_handler_bug_is_a_500_and_the_connection_goes_on(served: Served) -> None:
+@pytest.mark.parametrize("path", ["/boom", "/boom-later"])  # raised; a failed future
+async def test_a_handler_bug_is_a_500_and_the_connection_goes_on(served: Served, path: str) -> None:
     _, server = served
     async with connect(server) as (reader, writer):
-        writer.write(get("/boom") + get("/echo"))
+        writer.write(get(path) + get("/echo"))
         assert [(await read_answer(reader))[0] for _ in range(2)] == [500, 200]
 
 
