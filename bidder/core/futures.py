@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from types import CoroutineType
+from typing import Any, TypeVar, cast
 
 from bidder.core.tasks import TaskSet
 
@@ -44,7 +45,7 @@ def future_of(awaitable: Awaitable[T]) -> asyncio.Future[T]:
     referenced until it ends)."""
     if isinstance(awaitable, asyncio.Future):
         return awaitable
-    if asyncio.iscoroutine(awaitable):
+    if isinstance(awaitable, CoroutineType):
         return _tasks.spawn(awaitable)
     return _tasks.spawn(_awaited(awaitable))
 
@@ -82,12 +83,14 @@ def _run_step(step: Step[T, U], out: asyncio.Future[U], source: asyncio.Future[T
     except BaseException as exc:  # the step's failure is the result's
         out.set_exception(exc)
         return
-    if asyncio.iscoroutine(result):
+    # A native coroutine (``async def``): asyncio.iscoroutine would also ask the
+    # Coroutine ABC, a slow check of every plain result.
+    if isinstance(result, CoroutineType):
         result = _tasks.spawn(result)
     if isinstance(result, asyncio.Future):
         result.add_done_callback(partial(_copy, out))
     else:
-        out.set_result(result)
+        out.set_result(cast(U, result))  # neither a coroutine nor a future: a value
 
 
 def _copy(out: asyncio.Future[U], source: asyncio.Future[U]) -> None:
