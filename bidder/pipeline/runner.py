@@ -12,9 +12,9 @@ does I/O returns an awaitable, and only then is the request's deadline armed, on
 around it and every stage after it, so every awaited call is cut off at the deadline
 while the ~97% of requests that never leave memory pay for nothing. A stage whose wait
 ends by the deadline on its own (the cap read: its replies carry their limit, at most
-the deadline, on the connection) returns a future instead, and the stages after it run
-from that future's done-callback with no task and no armed deadline, until one of them
-awaits something else (``run_stages``). The deadlines of
+the deadline, on the connection) returns a ``Later`` instead, and the stages after it
+run from the reply's done-callback with no task and no armed deadline, until one of
+them awaits something else (``run_stages``). The deadlines of
 all requests in flight share one loop timer (``bidder.core.deadlines``), since a loop
 timer of its own costs a request about as much as the eligibility stage. A pure stage
 can't be interrupted; the caller checks the clock once more before a bid goes out.
@@ -27,13 +27,14 @@ uvloop alike).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
 from bidder.core.deadlines import TaskDeadlines
-from bidder.core.futures import then
+from bidder.core.futures import Later, Outcome
 from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import Candidate
 from bidder.openrtb.view import BidRequest
@@ -110,11 +111,14 @@ Finisher = Callable[[Sequence[PricedCandidate]], None]
 
 
 class Stage(Protocol):
-    def __call__(self, ctx: Context, deadline: float) -> StageResult | Awaitable[StageResult]: ...
+    def __call__(
+        self, ctx: Context, deadline: float
+    ) -> StageResult | Later[StageResult] | Awaitable[StageResult]: ...
 
 
-Staged = StageResult | asyncio.Future[StageResult] | Coroutine[Any, Any, StageResult]
-"""What running stages gives: the result, a future of it, or a coroutine of it."""
+Staged = StageResult | Later[StageResult] | Coroutine[Any, Any, StageResult]
+"""What running stages gives: the result, the result once a reply is in, or a
+coroutine of it."""
 
 
 def run_stages(
@@ -123,9 +127,10 @@ def run_stages(
     """Run stages in order; the first no-bid reason ends the run.
 
     When every stage is pure the answer comes back at once (no task, no timer). A stage
-    may return a future that ends by the deadline on its own (a Valkey reply, whose
-    limit the connection keeps): the stages after it then run from its done-callback,
-    with no task (``bidder.core.futures``), and the result is a future. Any other
+    may return a ``Later`` (or a future) that ends by the deadline on its own (a Valkey
+    reply, whose limit the connection keeps): the stages after it then run from its
+    done-callback, with no task (``bidder.core.futures``), and the result is a
+    ``Later``; past the deadline they do not run (``deadline``). Any other
     awaitable makes the rest a coroutine, which puts the request's deadline in
     ``bounds`` around it and the stages after it, and raises TimeoutError when a stage
     is still awaiting at ``deadline``.
@@ -147,8 +152,9 @@ def _run_from(
             if ctx.times is not None:
                 ctx.times.mark(type(stage).__name__)
             return result
-        if isinstance(result, asyncio.Future):
-            return then(result, partial(_resume, stages, n, ctx, deadline, bounds))
+        if isinstance(result, Later | asyncio.Future):
+            later = result if isinstance(result, Later) else Later.of(result)
+            return later.then(partial(_resume, stages, n, ctx, deadline, bounds))
         return _run_rest_in_time(result, stages[n:], ctx, deadline, bounds)
     return None
 
@@ -159,14 +165,20 @@ def _resume(
     ctx: Context,
     deadline: float,
     bounds: TaskDeadlines,
-    done: asyncio.Future[StageResult],
+    done: Outcome[StageResult],
 ) -> Staged:
-    """Stage ``n``'s future is done: its result, or the stages after it."""
+    """Stage ``n``'s future is done: its result, or the stages after it, unless the
+    deadline has passed (as a task would have been cut there)."""
     result = done.result()
     if ctx.times is not None:
         ctx.times.mark(type(stages[n]).__name__)
     if result is not None:
         return result
+    # Past the deadline no answer can be used: the rest would only take CPU from the
+    # requests still in time, which is what an overloaded worker lacks. The clock is
+    # read afresh: the loop's own time stands still through a long pass.
+    if time.monotonic() >= deadline:
+        return NoBid.DEADLINE
     return _run_from(stages, n + 1, ctx, deadline, bounds)
 
 

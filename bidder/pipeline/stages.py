@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Coroutine, Sequence
 from functools import partial
 from typing import Any
 
 from bidder.core.clock import Clock
-from bidder.core.futures import then, when_all
+from bidder.core.futures import Later, Outcome, when_all
 from bidder.core.ledger import cost_of
 from bidder.core.nobid import NoBid
 from bidder.core.tasks import TaskSet
@@ -142,8 +141,8 @@ class FcapStage:
 
     When no candidate has caps, or the worker's caches answer for all of them, the
     stage stays pure and the pipeline arms no timer. Otherwise the read is sent from
-    the stage call itself (``FrequencyCapper.begin``), and the stage returns a future
-    of its verdict, which the replies' done-callback settles: on one Valkey server the
+    the stage call itself (``FrequencyCapper.begin``), and the stage returns its verdict
+    as a ``Later``, which the replies' done-callback settles: on one Valkey server the
     request goes on from there with no task (``run_stages``). A Cluster client reads
     from a task. Reserve-at-bid slots that do not become a bid are
     released in the background once the answer is known (``Context.finish``).
@@ -160,7 +159,9 @@ class FcapStage:
         """Slot releases still in flight."""
         return len(self._releases)
 
-    def __call__(self, ctx: Context, deadline: float) -> StageResult | Awaitable[StageResult]:
+    def __call__(
+        self, ctx: Context, deadline: float
+    ) -> StageResult | Later[StageResult] | Awaitable[StageResult]:
         subjects = self._book.cap_subjects
         pairs = [(c, subjects[c.campaign.id, c.creative.id]) for c in ctx.candidates]
         if not any(subject.has_caps for _, subject in pairs):
@@ -180,14 +181,14 @@ class FcapStage:
             return self._finish(ctx, pairs, begun)
         # The stages after this one run from the replies' callback: they carry the
         # read's limit, at most the deadline, so the wait ends by itself.
-        return then(when_all(replies), partial(self._finish_now, ctx, pairs, begun))
+        return Later(when_all(replies), partial(self._finish_now, ctx, pairs, begun))
 
     def _finish_now(
         self,
         ctx: Context,
         pairs: list[tuple[Candidate, Subject]],
         pending: PendingCheck,
-        _: asyncio.Future[Any],
+        _: Outcome[Any],
     ) -> StageResult | Coroutine[Any, Any, StageResult]:
         verdict = self._capper.finish_now(pending)
         if verdict is None:  # the check script must be loaded again: that takes a task

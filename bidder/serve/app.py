@@ -17,7 +17,6 @@ goes wrong, the answer is a 204 with a typed reason: a remote fault (bad body) i
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from typing import Any
 from bidder.core import metrics
 from bidder.core.clock import Clock
 from bidder.core.deadlines import TaskDeadlines
-from bidder.core.futures import future_of, then
+from bidder.core.futures import Later, Outcome
 from bidder.core.nobid import NoBid
 from bidder.core.tokens import TokenSigner
 from bidder.decide.overload import InFlightGate, LagShedder, LoopLag, run_lag_probe
@@ -140,8 +139,8 @@ class BidHandler:
         metrics.LOOP_LAG.set(lateness)
         metrics.SHED_PRESSURE.set(self._shedder.pressure)
 
-    def handle(self, request: Request) -> Response | asyncio.Future[Response]:
-        """The answer at once when no stage awaits; else a future of it."""
+    def handle(self, request: Request) -> Response | Later[Response]:
+        """The answer at once when no stage awaits; else the answer once it is known."""
         now = request.received
         lag = self._lag.current()
         if self._shedder.shed(lag, now):
@@ -167,14 +166,14 @@ class BidHandler:
             return self._reply(decided, now, times, trace)
         # Decided from a reply's callback, or by stages awaiting in a task: the answer
         # is given from the decision's done-callback either way.
-        return then(future_of(decided), partial(self._reply_when_decided, now, times, trace))
+        return decided.then(partial(self._reply_when_decided, now, times, trace))
 
     def _reply_when_decided(
         self,
         now: float,
         times: StageTimes | None,
         trace: CampaignTrace | None,
-        deciding: asyncio.Future[Decision],
+        deciding: Outcome[Decision],
     ) -> Response:
         try:
             decided = deciding.result()
@@ -240,7 +239,7 @@ class BidHandler:
         margin: float,
         times: StageTimes | None,
         trace: CampaignTrace | None,
-    ) -> Decision | Awaitable[Decision]:
+    ) -> Decision | Later[Decision]:
         try:
             if request.over_cap:
                 raise InvalidRequest("body over the cap")
@@ -272,10 +271,11 @@ class BidHandler:
             raise
         if staged is None or isinstance(staged, NoBid):
             return self._conclude(ctx, staged, deadline)
-        return then(future_of(staged), partial(self._conclude_when_staged, ctx, deadline))
+        later = staged if isinstance(staged, Later) else Later.of(staged)
+        return later.then(partial(self._conclude_when_staged, ctx, deadline))
 
     def _conclude_when_staged(
-        self, ctx: Context, deadline: float, staging: asyncio.Future[StageResult]
+        self, ctx: Context, deadline: float, staging: Outcome[StageResult]
     ) -> Decision:
         try:
             staged = staging.result()

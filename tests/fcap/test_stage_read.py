@@ -12,11 +12,12 @@ import pytest
 
 from bidder.core.campaigns import Campaign, CapPolicy
 from bidder.core.clock import ManualClock
+from bidder.core.futures import Later
 from bidder.core.nobid import NoBid
 from bidder.decide.eligibility import Candidate
 from bidder.openrtb.request import parse_bid_request
 from bidder.pipeline.campaign_book import CampaignBook
-from bidder.pipeline.runner import Context
+from bidder.pipeline.runner import Context, StageResult
 from bidder.pipeline.stages import FcapStage
 from fcap.capper import FrequencyCapper
 from fcap.rules import subject_for
@@ -75,13 +76,14 @@ async def test_the_read_is_sent_by_the_stage_call_and_its_reply_settles_the_stag
 
     pending = stage(_ctx(person, c), far_deadline())
 
-    assert isinstance(pending, asyncio.Future)  # not a coroutine: nothing to run it
+    assert isinstance(pending, Later)  # not a coroutine: no task runs it
     assert store.pipelined.pending == 1  # owed as the stage call returns
+    settled: list[StageResult] = []
+    pending.on_done(lambda outcome: settled.append(outcome.result()))
     await _replies_settle(store)
     await asyncio.sleep(0)  # the reply's done-callbacks run on the next pass
     assert store.pipelined.commands == sent_before + 1
-    assert pending.done()  # settled by the reply, never awaited
-    assert pending.result() is None
+    assert settled == [None]  # settled by the reply's callback, never awaited
 
 
 async def test_a_person_the_cache_knows_is_capped_gets_a_pure_no_bid(store: FcapStore) -> None:

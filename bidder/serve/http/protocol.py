@@ -24,11 +24,12 @@ from typing import Any, Protocol, cast
 
 import httptools
 
+from bidder.core.futures import Later, Outcome
 from bidder.serve.http.messages import DateLine, Request, Response, encode, text
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Request], Response | Awaitable[Response]]
+Handler = Callable[[Request], Response | Later[Response] | Awaitable[Response]]
 """Answers a request at once, or returns an awaitable of the answer."""
 
 
@@ -52,7 +53,7 @@ class Host(Protocol):
     longest_arrival_s: float
     connections: set[HttpProtocol]
 
-    def dispatch(self, request: Request) -> Response | Awaitable[Response]: ...
+    def dispatch(self, request: Request) -> Response | Later[Response] | Awaitable[Response]: ...
 
     def spawn(self, job: Coroutine[Any, Any, None]) -> None: ...
 
@@ -202,16 +203,16 @@ class HttpProtocol(asyncio.Protocol):
             self._write(result, request.close)
             return
         self._answering = True
-        if isinstance(result, asyncio.Future):  # answered from its done-callback, no task
-            result.add_done_callback(partial(self._answered, request.close))
+        if isinstance(result, Later):  # answered from a reply's done-callback, no task
+            result.on_done(partial(self._answered, request.close))
         else:
             self._server.spawn(self._answer_later(result, request.close))
 
-    def _answered(self, close: bool, done: asyncio.Future[Response]) -> None:
-        if done.cancelled():  # the server is stopping: the connection is aborted
-            return
+    def _answered(self, close: bool, outcome: Outcome[Response]) -> None:
         try:
-            response = done.result()
+            response = outcome.result()
+        except asyncio.CancelledError:  # the server is stopping: the connection is aborted
+            return
         except Exception:
             log.exception("bug answering a request")
             response = text(500, "internal error")

@@ -8,6 +8,7 @@ import socket
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
+from bidder.core.futures import Later
 from bidder.serve.http.messages import DateLine, Request, Response, text
 from bidder.serve.http.protocol import HttpProtocol, Route
 
@@ -43,7 +44,7 @@ class HttpServer:
         self._sweeper: asyncio.Task[None] | None = None
         self._all_closed = asyncio.Event()
 
-    def dispatch(self, request: Request) -> Response | Awaitable[Response]:
+    def dispatch(self, request: Request) -> Response | Later[Response] | Awaitable[Response]:
         route = self.routes.get((request.method, request.path))
         if route is not None:
             return route.handler(request)

@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from bidder.core.deadlines import TaskDeadlines
+from bidder.core.futures import Later
 from bidder.core.nobid import NoBid
 from bidder.openrtb.request import parse_bid_request
 from bidder.pipeline.runner import Context, StageResult, run_stages
@@ -72,10 +73,10 @@ async def test_a_stages_future_runs_the_rest_from_its_callback_with_no_task() ->
     after = Pure()
     ctx = _ctx()
     result = run_stages([Pure(), Waits(reply), after], ctx, _far(), TaskDeadlines())
-    assert isinstance(result, asyncio.Future)
+    assert isinstance(result, Later)
     assert after.in_task == []  # nothing runs before the reply
     reply.set_result(None)
-    assert await result is None
+    assert await result is None  # type: ignore[misc]
     assert after.in_task == [False]
     assert _names(ctx) == ["Pure", "Waits", "Pure"]
 
@@ -86,7 +87,7 @@ async def test_a_future_that_says_no_ends_the_run_and_one_that_fails_fails_it() 
     after = Pure()
     said_no = run_stages([Waits(capped), after], _ctx(), _far(), TaskDeadlines())
     capped.set_result(NoBid.CAPPED)
-    assert await said_no is NoBid.CAPPED
+    assert await said_no is NoBid.CAPPED  # type: ignore[misc]
     assert after.in_task == []
 
     broken: asyncio.Future[StageResult] = loop.create_future()
@@ -112,6 +113,16 @@ async def test_after_a_future_a_stage_that_awaits_runs_the_rest_in_a_task_in_tim
     late.set_result(None)
     with pytest.raises(TimeoutError):
         await slow  # type: ignore[misc]
+
+
+async def test_past_the_deadline_the_stages_after_a_future_do_not_run() -> None:
+    loop = asyncio.get_running_loop()
+    reply: asyncio.Future[StageResult] = loop.create_future()
+    after = Pure()
+    result = run_stages([Waits(reply), after], _ctx(), loop.time() - 0.001, TaskDeadlines())
+    reply.set_result(None)
+    assert await result is NoBid.DEADLINE  # type: ignore[misc]
+    assert after.in_task == []
 
 
 def _far() -> float:

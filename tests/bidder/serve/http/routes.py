@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from bidder.core.futures import Later, Outcome
 from bidder.serve.http.messages import Request, Response
 from bidder.serve.http.protocol import Route
 from bidder.serve.http.server import HttpServer
@@ -31,23 +32,23 @@ class App:
         await self.release.wait()
         return Response(200, b"waited")
 
-    def later(self, request: Request) -> asyncio.Future[Response]:
-        """``wait``'s answer as a future settled from a callback, as the bid handler
-        gives one: no task runs it."""
+    def later(self, request: Request) -> Later[Response]:
+        """``wait``'s answer given from a done-callback, as the bid handler gives one."""
         self.seen.append(request)
-        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         released = asyncio.ensure_future(self.release.wait())
         self._held.append(released)
-        released.add_done_callback(lambda _: answer.set_result(Response(200, b"waited")))
-        return answer
+        return Later(released, lambda _: Response(200, b"waited"))
 
     def boom(self, request: Request) -> Response:
         raise RuntimeError("a bug")
 
-    def boom_later(self, request: Request) -> asyncio.Future[Response]:
-        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        answer.set_exception(RuntimeError("a bug"))
-        return answer
+    def boom_later(self, request: Request) -> Later[Response]:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return Later(done, self._bug)
+
+    def _bug(self, _: Outcome[None]) -> Response:
+        raise RuntimeError("a bug")
 
     def late(self, received: float) -> Response:
         return Response(204, headers=b"X-Late: 1\r\n")
