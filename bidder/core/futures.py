@@ -101,24 +101,19 @@ def when_all(futures: Sequence[asyncio.Future[Any]]) -> asyncio.Future[Any]:
     return done
 
 
-class _Value:
-    __slots__ = ("_value",)
+class _Done:
+    """What a step gave (``error`` None) or how it failed."""
 
-    def __init__(self, value: Any) -> None:
+    __slots__ = ("_error", "_value")
+
+    def __init__(self, value: Any, error: BaseException | None = None) -> None:
         self._value = value
-
-    def result(self) -> Any:
-        return self._value
-
-
-class _Failure:
-    __slots__ = ("_error",)
-
-    def __init__(self, error: BaseException) -> None:
         self._error = error
 
     def result(self) -> Any:
-        raise self._error
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _settle(future: asyncio.Future[T], outcome: Outcome[T]) -> None:
@@ -143,14 +138,14 @@ def _run(step: Step, outcome: Outcome[Any]) -> Outcome[Any] | Later[Any]:
     try:
         value = step(outcome)
     except BaseException as exc:  # the step's failure is the next one's outcome
-        return _Failure(exc)
+        return _Done(None, exc)
     if isinstance(value, Later):
         return value
     # A native coroutine (``async def``): asyncio.iscoroutine would also ask the
     # Coroutine ABC, a slow check of every plain value.
     if isinstance(value, CoroutineType):
         return Later(_tasks.spawn(value), _result)
-    return _Value(value)
+    return _Done(value)
 
 
 def _composed(first: Step, second: Step, outcome: Outcome[Any]) -> Any:
