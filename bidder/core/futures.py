@@ -23,7 +23,7 @@ connection that owes it).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from functools import partial
 from types import CoroutineType
 from typing import Any, Generic, Protocol, TypeVar
@@ -58,12 +58,10 @@ class Later(Generic[T]):
         self._step = step
 
     @staticmethod
-    def of(awaitable: Awaitable[T]) -> Later[T]:
+    def of(awaitable: asyncio.Future[T] | Coroutine[Any, Any, T]) -> Later[T]:
         """``awaitable``'s result: a future waited on as it is, a coroutine run as a task."""
-        if isinstance(awaitable, CoroutineType):
+        if not isinstance(awaitable, asyncio.Future):
             awaitable = _tasks.spawn(awaitable)
-        elif not isinstance(awaitable, asyncio.Future):
-            awaitable = _tasks.spawn(_awaited(awaitable))
         return Later(awaitable, _result)
 
     def then(self, step: Callable[[Outcome[T]], Any]) -> Later[Any]:
@@ -127,10 +125,6 @@ def _settle(future: asyncio.Future[T], outcome: Outcome[T]) -> None:
 
 def _result(outcome: Outcome[T]) -> T:
     return outcome.result()
-
-
-async def _awaited(awaitable: Awaitable[T]) -> T:
-    return await awaitable
 
 
 def _run(step: Step, outcome: Outcome[Any]) -> Outcome[Any] | Later[Any]:

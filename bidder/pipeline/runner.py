@@ -127,7 +127,7 @@ def run_stages(
     """Run stages in order; the first no-bid reason ends the run.
 
     When every stage is pure the answer comes back at once (no task, no timer). A stage
-    may return a ``Later`` (or a future) that ends by the deadline on its own (a Valkey
+    may return a ``Later`` that ends by the deadline on its own (a Valkey
     reply, whose limit the connection keeps): the stages after it then run from its
     done-callback, with no task (``bidder.core.futures``), and the result is a
     ``Later``; past the deadline they do not run (``deadline``). Any other
@@ -152,9 +152,8 @@ def _run_from(
             if ctx.times is not None:
                 ctx.times.mark(type(stage).__name__)
             return result
-        if isinstance(result, Later | asyncio.Future):
-            later = result if isinstance(result, Later) else Later.of(result)
-            return later.then(partial(_resume, stages, n, ctx, deadline, bounds))
+        if isinstance(result, Later):
+            return result.then(partial(_resume, stages, n, ctx, deadline, bounds))
         return _run_rest_in_time(result, stages[n:], ctx, deadline, bounds)
     return None
 

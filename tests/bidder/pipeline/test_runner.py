@@ -14,7 +14,7 @@ from bidder.core.deadlines import TaskDeadlines
 from bidder.core.futures import Later
 from bidder.core.nobid import NoBid
 from bidder.openrtb.request import parse_bid_request
-from bidder.pipeline.runner import Context, StageResult, run_stages
+from bidder.pipeline.runner import Context, Stage, StageResult, run_stages
 from bidder.pipeline.stage_times import StageTimes
 
 pytestmark = [pytest.mark.pure, pytest.mark.asyncio]
@@ -39,15 +39,15 @@ class Pure:
 
 
 class Waits:
-    """A stage whose answer comes later: ``future`` (settled by the test) or a coroutine
-    that sleeps ``sleep_s``."""
+    """A stage whose answer comes later: once ``future`` is settled by the test, or from
+    a coroutine that sleeps ``sleep_s``."""
 
     def __init__(self, future: asyncio.Future[StageResult] | None = None, sleep_s: float = 0):
         self.future = future
         self.sleep_s = sleep_s
 
     def __call__(self, ctx: Context, deadline: float) -> Awaitable[StageResult]:
-        return self.future if self.future is not None else self._sleep()
+        return Later.of(self.future) if self.future is not None else self._sleep()
 
     async def _sleep(self) -> StageResult:
         await asyncio.sleep(self.sleep_s)
@@ -76,7 +76,7 @@ async def test_a_stages_future_runs_the_rest_from_its_callback_with_no_task() ->
     assert isinstance(result, Later)
     assert after.in_task == []  # nothing runs before the reply
     reply.set_result(None)
-    assert await result is None  # type: ignore[misc]
+    assert await result is None
     assert after.in_task == [False]
     assert _names(ctx) == ["Pure", "Waits", "Pure"]
 
@@ -102,7 +102,7 @@ async def test_after_a_future_a_stage_that_awaits_runs_the_rest_in_a_task_in_tim
     reply: asyncio.Future[StageResult] = loop.create_future()
     after = Pure()
     bounds = TaskDeadlines()
-    stages = [Waits(reply), Waits(sleep_s=0), after]
+    stages: list[Stage] = [Waits(reply), Waits(sleep_s=0), after]
     result = run_stages(stages, _ctx(), _far(), bounds)
     reply.set_result(None)
     assert await result is None  # type: ignore[misc]
